@@ -1,0 +1,10 @@
+/* cmd.h - the command table: one handler per verb. */
+#ifndef DLOCKD_CMD_H
+#define DLOCKD_CMD_H
+
+struct req;
+
+/* Parses r's line and runs it; the handler replies now or later. */
+void cmd_dispatch(struct req *r);
+
+#endif

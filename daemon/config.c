@@ -1,0 +1,223 @@
+/* config.c - defaults, config file and command line, validated into a struct config. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "proto.h"
+
+enum conf_type { CONF_ADDR, CONF_ADDR_LIST, CONF_STR, CONF_DURATION, CONF_INT, CONF_LEVEL };
+
+struct conf_key {
+    const char *name;
+    enum conf_type type;
+    size_t offset;       /* of the field in struct config */
+    const char *deflt;   /* default, NULL for none */
+    int64_t min, max;    /* bounds of numbers */
+};
+
+#define F(field) offsetof(struct config, field)
+
+static const struct conf_key keys[] = {
+    { "listen", CONF_ADDR_LIST, F(listen), "127.0.0.1:7411", 0, 0 },
+    { "redis", CONF_ADDR, F(redis), "127.0.0.1:6379", 0, 0 },
+    { "redis-password", CONF_STR, F(redis_password), NULL, 0, 0 },
+    { "key-prefix", CONF_STR, F(key_prefix), "dlock:", 0, 0 },
+    { "session-ttl", CONF_DURATION, F(session_ttl), "10s", 100, PROTO_DURATION_MAX },
+    { "session-ttl-min", CONF_DURATION, F(session_ttl_min), "1s", 100, PROTO_DURATION_MAX },
+    { "session-ttl-max", CONF_DURATION, F(session_ttl_max), "1h", 100, PROTO_DURATION_MAX },
+    { "lock-lease", CONF_DURATION, F(lock_lease), "30s", 300, PROTO_DURATION_MAX },
+    { "backend-timeout", CONF_DURATION, F(backend_timeout), "2s", 10, PROTO_DURATION_MAX },
+    { "requirepass", CONF_STR, F(requirepass), NULL, 0, 0 },
+    { "maxclients", CONF_INT, F(maxclients), "10000", 1, 1000000 },
+    { "max-line", CONF_INT, F(max_line), "4096", 64, 1048576 },
+    { "max-waiters", CONF_INT, F(max_waiters), "100000", 0, 100000000 },
+    { "max-holds", CONF_INT, F(max_holds), "10000", 1, 100000000 },
+    { "log-level", CONF_LEVEL, F(log_level), "info", 0, 0 },
+};
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+int config_parse_addr(const char *s, struct addr *a)
+{
+    const char *colon;
+    char *end;
+    long port;
+
+    memset(a, 0, sizeof(*a));
+    if (strncmp(s, "unix:", 5) == 0) {
+        if (s[5] == '\0' || strlen(s + 5) >= sizeof(a->path))
+            return -1;
+        a->is_unix = 1;
+        strcpy(a->path, s + 5);
+        return 0;
+    }
+    if ((colon = strrchr(s, ':')) == NULL || colon == s || (size_t)(colon - s) >= sizeof(a->host))
+        return -1;
+    errno = 0;
+    port = strtol(colon + 1, &end, 10);
+    if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+        return -1;
+    memcpy(a->host, s, (size_t)(colon - s));
+    a->port = (int)port;
+    return 0;
+}
+
+const char *config_addr_str(const struct addr *a, char *buf, size_t len)
+{
+    if (a->is_unix)
+        snprintf(buf, len, "unix:%s", a->path);
+    else
+        snprintf(buf, len, "%s:%d", a->host, a->port);
+    return buf;
+}
+
+static const struct conf_key *find_key(const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+/* Stores one value. Returns NULL, or the reason it is bad. */
+static const char *set_value(struct config *cfg, const struct conf_key *k, const char *v)
+{
+    void *field = (char *)cfg + k->offset;
+    int64_t n;
+    char *end;
+
+    switch (k->type) {
+    case CONF_ADDR:
+        return config_parse_addr(v, field) ? "expected HOST:PORT or unix:PATH" : NULL;
+    case CONF_ADDR_LIST:
+        if (!cfg->listen_given) {
+            cfg->nlisten = 0;
+            cfg->listen_given = k->deflt != v;
+        }
+        if (cfg->nlisten == CONFIG_MAX_LISTEN)
+            return "too many listen addresses";
+        if (config_parse_addr(v, &cfg->listen[cfg->nlisten]))
+            return "expected HOST:PORT or unix:PATH";
+        cfg->nlisten++;
+        return NULL;
+    case CONF_STR:
+        free(*(char **)field);
+        *(char **)field = *v ? strdup(v) : NULL;
+        return NULL;
+    case CONF_DURATION:
+        if (proto_duration(v, 0, &n))
+            return "bad duration";
+        break;
+    case CONF_INT:
+        errno = 0;
+        n = strtoll(v, &end, 10);
+        if (errno || *end || end == v)
+            return "expected an integer";
+        break;
+    case CONF_LEVEL:
+        return log_parse_level(v, field) ? "expected debug, info, warn or error" : NULL;
+    }
+    if (n < k->min || n > k->max)
+        return "out of range";
+    *(int64_t *)field = n;
+    return NULL;
+}
+
+static int fail(char *err, size_t errlen, const char *where, const char *key, const char *why)
+{
+    snprintf(err, errlen, "%s: %s: %s", where, key, why);
+    return -1;
+}
+
+static int load_file(struct config *cfg, const char *file, char *err, size_t errlen)
+{
+    char line[4096], where[512];
+    FILE *f = fopen(file, "r");
+    int lineno = 0;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", file, strerror(errno));
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char *key = line, *val, *end;
+        const struct conf_key *k;
+        const char *why;
+
+        lineno++;
+        snprintf(where, sizeof(where), "%s:%d", file, lineno);
+        while (isspace((unsigned char)*key))
+            key++;
+        if (*key == '#' || *key == '\0')
+            continue;
+        for (val = key; *val && !isspace((unsigned char)*val); val++)
+            ;
+        if (*val)
+            *val++ = '\0';
+        while (isspace((unsigned char)*val))
+            val++;
+        for (end = val + strlen(val); end > val && isspace((unsigned char)end[-1]); end--)
+            ;
+        *end = '\0';
+        if ((k = find_key(key)) == NULL) {
+            fclose(f);
+            return fail(err, errlen, where, key, "unknown key");
+        }
+        if ((why = set_value(cfg, k, val)) != NULL) {
+            fclose(f);
+            return fail(err, errlen, where, key, why);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int load_args(struct config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    for (int i = 0; i < argc; i += 2) {
+        const struct conf_key *k;
+        const char *why;
+
+        if (strncmp(argv[i], "--", 2) != 0 || (k = find_key(argv[i] + 2)) == NULL)
+            return fail(err, errlen, "command line", argv[i], "unknown option");
+        if (i + 1 == argc)
+            return fail(err, errlen, "command line", argv[i], "needs a value");
+        if ((why = set_value(cfg, k, argv[i + 1])) != NULL)
+            return fail(err, errlen, "command line", argv[i], why);
+    }
+    return 0;
+}
+
+static int validate(const struct config *cfg, char *err, size_t errlen)
+{
+    if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
+        return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
+    if (cfg->session_ttl_min > cfg->session_ttl_max)
+        return fail(err, errlen, "config", "session-ttl-min", "greater than session-ttl-max");
+    if (cfg->session_ttl < cfg->session_ttl_min || cfg->session_ttl > cfg->session_ttl_max)
+        return fail(err, errlen, "config", "session-ttl", "outside session-ttl-min..session-ttl-max");
+    return 0;
+}
+
+int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NKEYS; i++)
+        if (keys[i].deflt && set_value(cfg, &keys[i], keys[i].deflt))
+            return fail(err, errlen, "default", keys[i].name, "bad default");
+    if (file && load_file(cfg, file, err, errlen))
+        return -1;
+    if (load_args(cfg, argc, argv, err, errlen))
+        return -1;
+    return validate(cfg, err, errlen);
+}
+
+void config_free(struct config *cfg)
+{
+    free(cfg->redis_password);
+    free(cfg->key_prefix);
+    free(cfg->requirepass);
+}

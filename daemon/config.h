@@ -1,0 +1,51 @@
+/* config.h - dlockd's configuration: one table row per key. */
+#ifndef DLOCKD_CONFIG_H
+#define DLOCKD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define CONFIG_MAX_LISTEN 16
+
+struct addr {
+    int is_unix;    /* 1 for unix:PATH */
+    char host[256]; /* TCP host */
+    int port;       /* TCP port */
+    char path[108]; /* unix socket path */
+};
+
+struct config {
+    struct addr listen[CONFIG_MAX_LISTEN]; /* client listeners */
+    int nlisten;
+    int listen_given;         /* 1 once a listen line replaced the default */
+    struct addr redis;        /* the Redis server */
+    char *redis_password;     /* AUTH to Redis, or NULL */
+    char *key_prefix;         /* prefix of every key and channel */
+    int64_t session_ttl;      /* ms */
+    int64_t session_ttl_min;  /* ms */
+    int64_t session_ttl_max;  /* ms */
+    int64_t lock_lease;       /* ms: Redis-side lease of every hold */
+    int64_t backend_timeout;  /* ms */
+    char *requirepass;        /* client password, or NULL */
+    int64_t maxclients;
+    int64_t max_line;         /* bytes, with terminator */
+    int64_t max_waiters;      /* waiting requests on this daemon */
+    int64_t max_holds;        /* holds per session */
+    enum log_level log_level;
+};
+
+/* Parses "HOST:PORT" or "unix:PATH". Returns 0, or -1. */
+int config_parse_addr(const char *s, struct addr *a);
+/* Formats an address for logs. */
+const char *config_addr_str(const struct addr *a, char *buf, size_t len);
+
+/*
+ * Loads defaults, then FILE (may be NULL), then `--key value` pairs from
+ * argv. Returns 0, or -1 with a one-line reason naming file, line and key.
+ */
+int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen);
+void config_free(struct config *cfg);
+
+#endif

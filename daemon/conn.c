@@ -1,0 +1,276 @@
+/* conn.c - a client connection: splits input into lines, runs untagged
+ * requests one at a time and tagged ones at once, and writes replies and events. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "cmd.h"
+#include "conn.h"
+#include "dict.h"
+#include "lock.h"
+#include "log.h"
+#include "session.h"
+
+static uint64_t next_conn_id = 1;
+
+static void conn_free(struct conn *c, const char *reason);
+static void run_next(struct conn *c);
+
+static void write_line(struct conn *c, const char *line, int len)
+{
+    if (c->closing || len < 0)
+        return;
+    bufferevent_write(c->bev, line, (size_t)len);
+}
+
+static void req_end(struct req *r)
+{
+    struct conn *c = r->c;
+
+    if (c) {
+        TAILQ_REMOVE(&c->running, r, link);
+        if (r->untagged) {
+            c->untagged_busy = 0;
+            run_next(c);
+        }
+    }
+    free(r);
+}
+
+void req_reply(struct req *r, const char *status, const char *fmt, ...)
+{
+    char line[8192], text[8192];
+    va_list ap;
+
+    if (r->c) {
+        text[0] = '\0';
+        if (fmt) {
+            va_start(ap, fmt);
+            vsnprintf(text, sizeof(text), fmt, ap);
+            va_end(ap);
+        }
+        write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, status, fmt ? "%s" : NULL, text));
+    }
+    req_end(r);
+}
+
+void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    r->d->stats.errors++;
+    if (r->c) {
+        va_start(ap, fmt);
+        write_line(r->c, line, proto_vfmt_err(line, sizeof(line), r->pr.tag, e, fmt, ap));
+        va_end(ap);
+        log_debug("c%llu: ERR %s", (unsigned long long)r->c->id, proto_err_code(e));
+    }
+    req_end(r);
+}
+
+void req_drop(struct req *r)
+{
+    req_end(r);
+}
+
+struct session *req_session(struct req *r)
+{
+    return session_find(r->d, r->sid);
+}
+
+void conn_event(struct conn *c, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n;
+
+    if (c == NULL)
+        return;
+    memcpy(line, "* ", 2);
+    va_start(ap, fmt);
+    n = vsnprintf(line + 2, sizeof(line) - 3, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    n = n + 2 > (int)sizeof(line) - 2 ? (int)sizeof(line) - 2 : n + 2;
+    line[n++] = '\n';
+    write_line(c, line, n);
+}
+
+void conn_broadcast(struct dlockd *d, const char *text)
+{
+    struct conn *c;
+
+    TAILQ_FOREACH(c, &d->conns, link)
+        if (c->session)
+            conn_event(c, "%s", text);
+}
+
+static void run(struct conn *c, struct req *r)
+{
+    TAILQ_INSERT_TAIL(&c->running, r, link);
+    if (r->untagged)
+        c->untagged_busy = 1;
+    cmd_dispatch(r);
+}
+
+/* Starts the next queued untagged request, if the last one is done. */
+static void run_next(struct conn *c)
+{
+    struct req *r;
+
+    if (c->untagged_busy || c->closing || (r = TAILQ_FIRST(&c->queued)) == NULL)
+        return;
+    TAILQ_REMOVE(&c->queued, r, link);
+    run(c, r);
+}
+
+/* A line is tagged when its first token starts with '#'. */
+static int is_tagged(const char *line)
+{
+    line += strspn(line, " \t");
+    return *line == '#';
+}
+
+static void take_line(struct conn *c, const char *line, size_t len)
+{
+    struct req *r = calloc(1, sizeof(*r) + len + 1);
+
+    if (r == NULL)
+        fatalx("conn: out of memory");
+    r->d = c->d;
+    r->c = c;
+    r->arrived = now_ms();
+    memcpy(r->line, line, len);
+    r->line[len] = '\0';
+    r->untagged = !is_tagged(r->line);
+    if (c->session) {
+        session_touch(c->session);
+        memcpy(r->sid, c->session->id, sizeof(r->sid));
+    }
+    if (r->untagged && (c->untagged_busy || !TAILQ_EMPTY(&c->queued))) {
+        TAILQ_INSERT_TAIL(&c->queued, r, link);
+        return;
+    }
+    run(c, r);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t max = (size_t)c->d->cfg.max_line;
+
+    while (!c->closing) {
+        size_t eol_len, avail = evbuffer_get_length(in);
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        char buf[65536], *line;
+
+        if (eol.pos < 0 ? avail >= max : (size_t)eol.pos + 1 > max) {
+            char reply[128];
+            write_line(c, reply, proto_fmt_err(reply, sizeof(reply), NULL, PROTO_ETOOBIG,
+                                               "line longer than %zu bytes", max));
+            conn_close_soon(c, "line too long");
+            return;
+        }
+        if (eol.pos < 0)
+            return;
+        line = (size_t)eol.pos + 1 <= sizeof(buf) ? buf : malloc((size_t)eol.pos + 1);
+        if (line == NULL)
+            fatalx("conn: out of memory");
+        evbuffer_remove(in, line, (size_t)eol.pos + 1);
+        take_line(c, line, (size_t)eol.pos);
+        if (line != buf)
+            free(line);
+    }
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+
+    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_free(c, NULL);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    conn_free(arg, (what & BEV_EVENT_EOF) ? "closed by client" : "socket error");
+}
+
+void conn_close_soon(struct conn *c, const char *reason)
+{
+    if (c->closing)
+        return;
+    log_debug("c%llu: closing: %s", (unsigned long long)c->id, reason);
+    c->closing = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        conn_free(c, NULL);
+}
+
+static void conn_free(struct conn *c, const char *reason)
+{
+    struct dlockd *d = c->d;
+    struct req *r;
+
+    if (reason)
+        log_debug("c%llu: %s", (unsigned long long)c->id, reason);
+    c->closing = 1;
+    lock_conn_closed(c);
+    while ((r = TAILQ_FIRST(&c->queued)) != NULL) {
+        TAILQ_REMOVE(&c->queued, r, link);
+        free(r);
+    }
+    while ((r = TAILQ_FIRST(&c->running)) != NULL) {
+        TAILQ_REMOVE(&c->running, r, link);
+        r->c = NULL; /* its reply, when it comes, is swallowed */
+    }
+    if (c->session)
+        c->session->conn = NULL;
+    TAILQ_REMOVE(&d->conns, c, link);
+    d->nconns--;
+    bufferevent_free(c->bev);
+    free(c);
+}
+
+void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
+{
+    struct conn *c;
+
+    if (d->nconns >= d->cfg.maxclients) {
+        char line[128];
+        int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "max number of clients reached");
+        if (n > 0 && write(fd, line, (size_t)n) < 0)
+            log_debug("server: refusing %s", peer);
+        evutil_closesocket(fd);
+        log_warnx("server: maxclients reached, refused %s", peer);
+        return;
+    }
+    if ((c = calloc(1, sizeof(*c))) == NULL)
+        fatalx("conn: out of memory");
+    c->d = d;
+    c->id = next_conn_id++;
+    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    c->authed = d->cfg.requirepass == NULL;
+    TAILQ_INIT(&c->queued);
+    TAILQ_INIT(&c->running);
+    evutil_make_socket_nonblocking(fd);
+    c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev == NULL)
+        fatalx("conn: out of memory");
+    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    TAILQ_INSERT_TAIL(&d->conns, c, link);
+    d->nconns++;
+    session_attach(session_new(d, peer, d->cfg.session_ttl), c);
+    log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer, c->session->id);
+}

@@ -1,0 +1,67 @@
+/* conn.h - a client connection: line input, request queues, the reply family. */
+#ifndef DLOCKD_CONN_H
+#define DLOCKD_CONN_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include <event2/util.h>
+
+#include "dlockd.h"
+#include "proto.h"
+
+struct bufferevent;
+struct session;
+struct wait;
+
+/* One request from arrival to its reply. */
+struct req {
+    struct dlockd *d;
+    struct conn *c;                   /* NULL once the connection is gone */
+    char sid[DLOCKD_ID_LEN + 1];      /* session at dispatch; look it up again after a wait */
+    struct proto_req pr;              /* points into line */
+    int untagged;
+    struct wait *wait;                /* set while the request waits in a queue */
+    uint64_t arrived;                 /* monotonic ms */
+    TAILQ_ENTRY(req) link;            /* in the connection's queued or running list */
+    char line[];
+};
+
+TAILQ_HEAD(req_list, req);
+
+struct conn {
+    struct dlockd *d;
+    struct bufferevent *bev;
+    struct session *session;  /* attached session, or NULL */
+    char peer[64];            /* address, the default session name */
+    uint64_t id;              /* for logs */
+    int authed;               /* AUTH done, or no requirepass */
+    int untagged_busy;        /* an untagged request is being served */
+    int closing;              /* close once the output is written */
+    struct req_list queued;   /* untagged requests waiting their turn */
+    struct req_list running;  /* requests being served */
+    TAILQ_ENTRY(conn) link;   /* in d->conns */
+};
+
+/* Takes a new client socket. */
+void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
+
+/*
+ * Replies to r and ends it (r is freed): "[#tag] STATUS fields". fmt may be
+ * NULL for no fields. A request whose connection is gone is ended silently.
+ */
+void req_reply(struct req *r, const char *status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void req_err(struct req *r, enum proto_err e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Ends r without a reply (its connection is gone). */
+void req_drop(struct req *r);
+/* The live session of r, or NULL when it ended meanwhile. */
+struct session *req_session(struct req *r);
+
+/* Sends an event line "* text" on c. */
+void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Closes c once its output is written. */
+void conn_close_soon(struct conn *c, const char *reason);
+/* Sends "* text" to every connection that has a session. */
+void conn_broadcast(struct dlockd *d, const char *text);
+
+#endif

@@ -1,0 +1,149 @@
+/* dict.c - chained hash table with FNV-1a, doubled when full. None of the
+ * libraries dlockd links exports a general-purpose table, so it is here. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dict.h"
+#include "log.h"
+
+struct entry {
+    struct entry *next;
+    void *val;
+    char key[]; /* NUL-terminated copy */
+};
+
+struct dict {
+    struct entry **slots;
+    size_t nslots; /* a power of two */
+    size_t n;      /* entries */
+};
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    while (*s) {
+        h ^= (unsigned char)*s++;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static struct entry **slot_of(const struct dict *d, const char *key)
+{
+    return &d->slots[hash(key) & (d->nslots - 1)];
+}
+
+struct dict *dict_new(void)
+{
+    struct dict *d = calloc(1, sizeof(*d));
+
+    if (d == NULL || (d->slots = calloc(16, sizeof(*d->slots))) == NULL)
+        fatalx("dict: out of memory");
+    d->nslots = 16;
+    return d;
+}
+
+void dict_free(struct dict *d)
+{
+    for (size_t i = 0; i < d->nslots; i++) {
+        struct entry *e = d->slots[i];
+        while (e) {
+            struct entry *next = e->next;
+            free(e);
+            e = next;
+        }
+    }
+    free(d->slots);
+    free(d);
+}
+
+static struct entry **find(const struct dict *d, const char *key)
+{
+    struct entry **ep = slot_of(d, key);
+
+    while (*ep && strcmp((*ep)->key, key) != 0)
+        ep = &(*ep)->next;
+    return ep;
+}
+
+void *dict_get(const struct dict *d, const char *key)
+{
+    struct entry *e = *find(d, key);
+
+    return e ? e->val : NULL;
+}
+
+static void grow(struct dict *d)
+{
+    struct entry **old = d->slots;
+    size_t nold = d->nslots;
+
+    d->nslots *= 2;
+    if ((d->slots = calloc(d->nslots, sizeof(*d->slots))) == NULL)
+        fatalx("dict: out of memory");
+    for (size_t i = 0; i < nold; i++) {
+        struct entry *e = old[i];
+        while (e) {
+            struct entry *next = e->next, **sp = slot_of(d, e->key);
+            e->next = *sp;
+            *sp = e;
+            e = next;
+        }
+    }
+    free(old);
+}
+
+void dict_set(struct dict *d, const char *key, void *val)
+{
+    struct entry **ep = find(d, key);
+    size_t len;
+
+    if (*ep) {
+        (*ep)->val = val;
+        return;
+    }
+    len = strlen(key);
+    if ((*ep = malloc(sizeof(**ep) + len + 1)) == NULL)
+        fatalx("dict: out of memory");
+    (*ep)->next = NULL;
+    (*ep)->val = val;
+    memcpy((*ep)->key, key, len + 1);
+    if (++d->n > d->nslots)
+        grow(d);
+}
+
+void *dict_del(struct dict *d, const char *key)
+{
+    struct entry **ep = find(d, key), *e = *ep;
+    void *val;
+
+    if (e == NULL)
+        return NULL;
+    *ep = e->next;
+    val = e->val;
+    free(e);
+    d->n--;
+    return val;
+}
+
+size_t dict_size(const struct dict *d)
+{
+    return d->n;
+}
+
+int dict_each(struct dict *d, int (*fn)(const char *key, void *val, void *arg), void *arg)
+{
+    for (size_t i = 0; i < d->nslots; i++) {
+        struct entry *e = d->slots[i];
+        while (e) {
+            struct entry *next = e->next;
+            int rc = fn(e->key, e->val, arg);
+            if (rc)
+                return rc;
+            e = next;
+        }
+    }
+    return 0;
+}

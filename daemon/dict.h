@@ -1,0 +1,25 @@
+/* dict.h - a string-keyed hash table of pointers. */
+#ifndef DLOCKD_DICT_H
+#define DLOCKD_DICT_H
+
+#include <stddef.h>
+
+struct dict;
+
+struct dict *dict_new(void);
+/* Frees the table and its key copies, not the values. */
+void dict_free(struct dict *d);
+/* The value stored under key, or NULL. */
+void *dict_get(const struct dict *d, const char *key);
+/* Stores val under a copy of key, replacing any value there. */
+void dict_set(struct dict *d, const char *key, void *val);
+/* Removes key; returns its value, or NULL. */
+void *dict_del(struct dict *d, const char *key);
+size_t dict_size(const struct dict *d);
+/*
+ * Calls fn for every entry. fn may delete the entry it is given, and no
+ * other. Returns the first non-zero result of fn, which stops the walk.
+ */
+int dict_each(struct dict *d, int (*fn)(const char *key, void *val, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,44 @@
+/* dlockd.h - the daemon context that every module receives. */
+#ifndef DLOCKD_H
+#define DLOCKD_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "config.h"
+#include "deadline.h"
+#include "stats.h"
+
+#define DLOCKD_ID_LEN 16 /* hex characters of daemon and session ids */
+
+struct event_base;
+struct event;
+struct dict;
+struct redis;
+struct server;
+struct conn;
+
+TAILQ_HEAD(conn_list, conn);
+
+struct dlockd {
+    struct event_base *base;
+    struct config cfg;
+    char id[DLOCKD_ID_LEN + 1]; /* this daemon, in wids and its pub/sub channel */
+    struct server *server;      /* listeners */
+    struct redis *redis;        /* the Redis link */
+    struct deadlines *deadlines;
+    struct event *renew_timer;  /* one timer renews every lease */
+    struct dict *sessions;      /* session id -> struct session */
+    struct dict *holds;         /* hold key -> struct hold */
+    struct dict *waits;         /* wid -> struct wait */
+    struct conn_list conns;     /* open connections */
+    int nconns;
+    uint64_t next_wait;         /* numbers waits for their wid */
+    uint64_t started;           /* monotonic ms */
+    struct stats stats;
+};
+
+/* Fills buf (DLOCKD_ID_LEN + 1 bytes) with a random hex id. */
+void dlockd_random_id(char *buf);
+
+#endif

@@ -1,0 +1,83 @@
+/* log.c - leveled logging to stderr, one line per event. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "log.h"
+
+static enum log_level min_level = LOG_INFO;
+static const char *const level_names[] = { "debug", "info", "warn", "error" };
+
+void log_set_level(enum log_level level)
+{
+    min_level = level;
+}
+
+int log_parse_level(const char *s, enum log_level *level)
+{
+    for (int i = 0; i <= LOG_ERROR; i++) {
+        if (strcmp(s, level_names[i]) == 0) {
+            *level = (enum log_level)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+const char *log_level_name(enum log_level level)
+{
+    return level_names[level];
+}
+
+static void log_emit(enum log_level level, int errnum, const char *fmt, va_list ap)
+{
+    char stamp[32];
+    struct timeval tv;
+    struct tm tm;
+
+    if (level < min_level)
+        return;
+    gettimeofday(&tv, NULL);
+    localtime_r(&tv.tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03d %s ", stamp, (int)(tv.tv_usec / 1000), level_names[level]);
+    vfprintf(stderr, fmt, ap);
+    if (errnum)
+        fprintf(stderr, ": %s", strerror(errnum));
+    fputc('\n', stderr);
+}
+
+#define LOG_BODY(level, errnum)         \
+    do {                                \
+        va_list ap;                     \
+        va_start(ap, fmt);              \
+        log_emit(level, errnum, fmt, ap); \
+        va_end(ap);                     \
+    } while (0)
+
+void log_debug(const char *fmt, ...) { LOG_BODY(LOG_DEBUG, 0); }
+void log_info(const char *fmt, ...) { LOG_BODY(LOG_INFO, 0); }
+void log_warnx(const char *fmt, ...) { LOG_BODY(LOG_WARN, 0); }
+
+void log_warn(const char *fmt, ...)
+{
+    int saved = errno;
+    LOG_BODY(LOG_WARN, saved);
+}
+
+void fatalx(const char *fmt, ...)
+{
+    LOG_BODY(LOG_ERROR, 0);
+    exit(1);
+}
+
+void fatal(const char *fmt, ...)
+{
+    int saved = errno;
+    LOG_BODY(LOG_ERROR, saved);
+    exit(1);
+}

@@ -1,0 +1,22 @@
+/* log.h - leveled, format-checked logging to stderr. */
+#ifndef DLOCKD_LOG_H
+#define DLOCKD_LOG_H
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+
+#define LOG_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+void log_set_level(enum log_level level);
+/* Parses debug, info, warn or error. Returns 0 and sets *level, or -1. */
+int log_parse_level(const char *s, enum log_level *level);
+const char *log_level_name(enum log_level level);
+
+void log_debug(const char *fmt, ...) LOG_PRINTF(1, 2);
+void log_info(const char *fmt, ...) LOG_PRINTF(1, 2);
+void log_warnx(const char *fmt, ...) LOG_PRINTF(1, 2);
+/* Like log_warnx, with strerror(errno) appended. */
+void log_warn(const char *fmt, ...) LOG_PRINTF(1, 2);
+void fatalx(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
+void fatal(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
+
+#endif

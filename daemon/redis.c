@@ -1,0 +1,379 @@
+/* redis.c - two hiredis connections on the event loop: one runs scripts
+ * (pipelined EVALSHA, reloaded on NOSCRIPT), one receives this daemon's pub/sub
+ * channel. Every call has a deadline of backend-timeout; a dropped link is
+ * reconnected with backoff, and sessions hear * JEOPARDY and * SAFE. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+
+#include "conn.h"
+#include "dlockd.h"
+#include "lock.h"
+#include "log.h"
+#include "redis.h"
+#include "renew.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+struct redis {
+    struct dlockd *d;
+    redisAsyncContext *ac;  /* scripts; NULL while down */
+    redisAsyncContext *sub; /* pub/sub; NULL while down */
+    int ac_ready, sub_ready;
+    int jeopardy;           /* sessions were told * JEOPARDY */
+    int backoff;            /* ms before the next reconnect */
+    struct event *reconnect;
+};
+
+struct redis_call {
+    struct redis *rd;
+    enum script_id id;
+    redis_cb *cb, *late;
+    void *arg;
+    int answered;             /* cb was called */
+    int retried;              /* resent with EVAL after NOSCRIPT */
+    struct deadline timeout;
+    int argc;
+    const char **argv;        /* EVALSHA sha nkeys argv... */
+    size_t *lens;
+    char *own[];              /* copies of the caller's strings */
+};
+
+static void link_down(struct redis *rd, const char *why);
+
+int redis_up(const struct redis *rd)
+{
+    return rd->ac_ready && rd->sub_ready;
+}
+
+int redis_jeopardy(const struct redis *rd)
+{
+    return rd->jeopardy;
+}
+
+static void enter_jeopardy(struct redis *rd)
+{
+    if (rd->jeopardy)
+        return;
+    rd->jeopardy = 1;
+    log_warnx("backend: in jeopardy, holds cannot be renewed");
+    conn_broadcast(rd->d, "JEOPARDY");
+}
+
+void redis_renewed(struct redis *rd)
+{
+    if (!rd->jeopardy || !redis_up(rd))
+        return;
+    rd->jeopardy = 0;
+    log_info("backend: safe again");
+    conn_broadcast(rd->d, "SAFE");
+}
+
+const char *redis_elem(const redisReply *r, size_t i, char *buf, size_t len)
+{
+    const redisReply *e;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+        return "";
+    e = r->element[i];
+    if (e->type == REDIS_REPLY_INTEGER) {
+        snprintf(buf, len, "%lld", e->integer);
+        return buf;
+    }
+    return (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS) ? e->str : "";
+}
+
+long long redis_elem_int(const redisReply *r, size_t i)
+{
+    char buf[32];
+
+    return strtoll(redis_elem(r, i, buf, sizeof(buf)), NULL, 10);
+}
+
+static void call_free(struct redis_call *call)
+{
+    deadline_cancel(call->rd->d->deadlines, &call->timeout);
+    for (int i = 0; i < call->argc; i++)
+        free(call->own[i]);
+    free(call->argv);
+    free(call->lens);
+    free(call);
+}
+
+static void call_answer(struct redis_call *call, redisReply *r)
+{
+    call->answered = 1;
+    deadline_cancel(call->rd->d->deadlines, &call->timeout);
+    call->cb(call->rd->d, r, call->arg);
+}
+
+static void call_timeout(struct deadline *dl)
+{
+    struct redis_call *call = container_of(dl, struct redis_call, timeout);
+
+    log_warnx("backend: %s did not answer within %lldms", scripts[call->id].name,
+              (long long)call->rd->d->cfg.backend_timeout);
+    enter_jeopardy(call->rd);
+    call_answer(call, NULL);
+}
+
+static int call_send(struct redis_call *call);
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis_call *call = privdata;
+    redisReply *r = reply;
+
+    (void)ac;
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->retried) {
+        call->retried = 1;
+        call->argv[0] = "EVAL";
+        call->argv[1] = scripts[call->id].body;
+        call->lens[0] = 4;
+        call->lens[1] = strlen(scripts[call->id].body);
+        if (call_send(call) == 0)
+            return;
+        r = NULL;
+    }
+    if (r && r->type == REDIS_REPLY_ERROR) {
+        log_warnx("backend: %s: %s", scripts[call->id].name, r->str);
+        r = NULL;
+    }
+    if (!call->answered)
+        call_answer(call, r);
+    else if (call->late)
+        call->late(call->rd->d, r, call->arg);
+    if (r && call->rd->jeopardy)
+        renew_now(call->rd->d);
+    call_free(call);
+}
+
+static int call_send(struct redis_call *call)
+{
+    if (call->rd->ac == NULL)
+        return -1;
+    return redisAsyncCommandArgv(call->rd->ac, on_reply, call, call->argc, call->argv, call->lens) == REDIS_OK
+        ? 0 : -1;
+}
+
+int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
+                 redis_cb *late, void *arg)
+{
+    struct redis_call *call;
+    char nk[16];
+    int n = argc + 3;
+
+    if (!redis_up(rd))
+        return -1;
+    call = calloc(1, sizeof(*call) + (size_t)n * sizeof(char *));
+    if (call == NULL || (call->argv = calloc((size_t)n, sizeof(char *))) == NULL ||
+        (call->lens = calloc((size_t)n, sizeof(size_t))) == NULL)
+        fatalx("redis: out of memory");
+    call->rd = rd;
+    call->id = id;
+    call->cb = cb;
+    call->late = late;
+    call->arg = arg;
+    deadline_init(&call->timeout, call_timeout);
+    snprintf(nk, sizeof(nk), "%d", nkeys);
+    call->own[0] = strdup(scripts[id].sha[0] ? "EVALSHA" : "EVAL");
+    call->own[1] = strdup(scripts[id].sha[0] ? scripts[id].sha : scripts[id].body);
+    call->own[2] = strdup(nk);
+    for (int i = 0; i < argc; i++)
+        call->own[i + 3] = strdup(argv[i]);
+    call->argc = n;
+    for (int i = 0; i < n; i++) {
+        if (call->own[i] == NULL)
+            fatalx("redis: out of memory");
+        call->argv[i] = call->own[i];
+        call->lens[i] = strlen(call->own[i]);
+    }
+    if (call_send(call)) {
+        call_free(call);
+        return -1;
+    }
+    deadline_arm(rd->d->deadlines, &call->timeout, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
+    return 0;
+}
+
+static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct script *s = privdata;
+    redisReply *r = reply;
+
+    (void)ac;
+    if (r && r->type == REDIS_REPLY_STRING && r->len == 40)
+        memcpy(s->sha, r->str, 41);
+    else if (r)
+        log_warnx("backend: SCRIPT LOAD %s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+}
+
+static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+
+    (void)ac;
+    (void)privdata;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        log_warnx("backend: AUTH: %s", r->str);
+}
+
+static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis *rd = privdata;
+    redisReply *r = reply;
+
+    (void)ac;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+        return;
+    if (strcmp(r->element[0]->str, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING)
+        lock_on_message(rd->d, r->element[2]->str);
+}
+
+static void became_ready(struct redis *rd)
+{
+    if (!redis_up(rd))
+        return;
+    rd->backoff = BACKOFF_MIN_MS;
+    log_info("backend: connected");
+    renew_now(rd->d);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    struct redis *rd = ac->data;
+
+    if (ac != rd->ac && ac != rd->sub)
+        return;
+    if (status != REDIS_OK) {
+        /* hiredis frees the context after this callback. */
+        if (ac == rd->ac)
+            rd->ac = NULL;
+        else
+            rd->sub = NULL;
+        link_down(rd, ac->errstr);
+        return;
+    }
+    if (ac == rd->ac)
+        rd->ac_ready = 1;
+    else
+        rd->sub_ready = 1;
+    became_ready(rd);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    struct redis *rd = ac->data;
+
+    if (ac != rd->ac && ac != rd->sub)
+        return;
+    if (ac == rd->ac)
+        rd->ac = NULL;
+    else
+        rd->sub = NULL;
+    link_down(rd, status == REDIS_OK ? "closed" : ac->errstr);
+}
+
+static redisAsyncContext *open_one(struct redis *rd)
+{
+    const struct addr *a = &rd->d->cfg.redis;
+    redisAsyncContext *ac = a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
+
+    if (ac == NULL)
+        fatalx("redis: out of memory");
+    if (ac->err) {
+        log_warnx("backend: connect: %s", ac->errstr);
+        redisAsyncFree(ac);
+        return NULL;
+    }
+    ac->data = rd;
+    redisLibeventAttach(ac, rd->d->base);
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (rd->d->cfg.redis_password)
+        redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", rd->d->cfg.redis_password);
+    return ac;
+}
+
+static void connect_link(struct redis *rd)
+{
+    char channel[256];
+
+    rd->ac_ready = rd->sub_ready = 0;
+    if ((rd->ac = open_one(rd)) == NULL) {
+        link_down(rd, "connect failed");
+        return;
+    }
+    if ((rd->sub = open_one(rd)) == NULL) {
+        link_down(rd, "connect failed");
+        return;
+    }
+    for (int i = 0; i < SCRIPT_COUNT; i++)
+        redisAsyncCommand(rd->ac, on_loaded, &scripts[i], "SCRIPT LOAD %s", scripts[i].body);
+    snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
+    redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s", channel);
+}
+
+static void on_reconnect(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    connect_link(arg);
+}
+
+/* Drops whatever is left of the link and schedules a reconnect. */
+static void link_down(struct redis *rd, const char *why)
+{
+    redisAsyncContext *ac = rd->ac, *sub = rd->sub;
+    struct timeval tv;
+
+    if (event_pending(rd->reconnect, EV_TIMEOUT, NULL))
+        return;
+    log_warnx("backend: link down (%s), retrying in %dms", why ? why : "?", rd->backoff);
+    rd->ac = rd->sub = NULL;
+    rd->ac_ready = rd->sub_ready = 0;
+    tv.tv_sec = rd->backoff / 1000;
+    tv.tv_usec = (rd->backoff % 1000) * 1000;
+    evtimer_add(rd->reconnect, &tv);
+    rd->backoff = rd->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rd->backoff * 2;
+    if (ac)
+        redisAsyncDisconnect(ac);
+    if (sub)
+        redisAsyncDisconnect(sub);
+    enter_jeopardy(rd);
+}
+
+struct redis *redis_new(struct dlockd *d)
+{
+    struct redis *rd = calloc(1, sizeof(*rd));
+
+    if (rd == NULL || (rd->reconnect = evtimer_new(d->base, on_reconnect, rd)) == NULL)
+        fatalx("redis: out of memory");
+    rd->d = d;
+    rd->backoff = BACKOFF_MIN_MS;
+    return rd;
+}
+
+void redis_start(struct redis *rd)
+{
+    connect_link(rd);
+}
+
+void redis_free(struct redis *rd)
+{
+    redisAsyncContext *ac = rd->ac, *sub = rd->sub;
+
+    rd->ac = rd->sub = NULL;
+    rd->ac_ready = rd->sub_ready = 0;
+    if (ac)
+        redisAsyncFree(ac);
+    if (sub)
+        redisAsyncFree(sub);
+    event_free(rd->reconnect);
+    free(rd);
+}

@@ -1,0 +1,42 @@
+/* redis.h - the link to Redis: scripts by EVALSHA, pub/sub, timeouts, reconnects. */
+#ifndef DLOCKD_REDIS_H
+#define DLOCKD_REDIS_H
+
+#include <hiredis/hiredis.h>
+
+#include "scripts.h"
+
+struct dlockd;
+
+/*
+ * A script's result. r is NULL when Redis did not answer within
+ * backend-timeout or the link is down: the call may still run later, and
+ * then `late` (if given) gets the real reply. r is only valid during the call.
+ */
+typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
+
+struct redis *redis_new(struct dlockd *d);
+void redis_free(struct redis *rd);
+/* Starts connecting; reconnects with backoff whenever the link drops. */
+void redis_start(struct redis *rd);
+/* 1 when both connections are up and the scripts are known. */
+int redis_up(const struct redis *rd);
+/* 1 while dlockd has told sessions * JEOPARDY and not yet * SAFE. */
+int redis_jeopardy(const struct redis *rd);
+
+/*
+ * Runs a script with argv[0..nkeys) as KEYS and the rest as ARGV (all
+ * copied). cb is called exactly once, never before this returns.
+ * Returns 0, or -1 when the link is down (cb is then not called).
+ */
+int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
+                 redis_cb *late, void *arg);
+
+/* Called by the renewal task when a renewal succeeded: ends jeopardy. */
+void redis_renewed(struct redis *rd);
+
+/* The string of element i of an array reply (also for integers); "" when absent. */
+const char *redis_elem(const redisReply *r, size_t i, char *buf, size_t len);
+long long redis_elem_int(const redisReply *r, size_t i);
+
+#endif

@@ -1,0 +1,12 @@
+/* renew.h - one periodic task renews every lease this daemon keeps in Redis. */
+#ifndef DLOCKD_RENEW_H
+#define DLOCKD_RENEW_H
+
+struct dlockd;
+
+/* Arms the renewal timer, every lock-lease/3. */
+void renew_start(struct dlockd *d);
+/* Renews everything now (after a reconnect, or to end jeopardy). */
+void renew_now(struct dlockd *d);
+
+#endif

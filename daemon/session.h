@@ -1,0 +1,42 @@
+/* session.h - client sessions: ttl, heartbeat, expiry, resume. */
+#ifndef DLOCKD_SESSION_H
+#define DLOCKD_SESSION_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "dlockd.h"
+#include "proto.h"
+
+struct conn;
+struct hold;
+struct wait;
+
+struct session {
+    struct dlockd *d;
+    char id[DLOCKD_ID_LEN + 1];
+    char name[PROTO_STR_MAX + 1]; /* client name, shown to others */
+    int64_t ttl;                  /* ms */
+    uint64_t last_seen;           /* monotonic ms of the last request */
+    struct deadline expiry;
+    struct conn *conn;            /* attached connection, or NULL */
+    TAILQ_HEAD(, hold) holds;
+    TAILQ_HEAD(, wait) waits;
+    int nholds;
+};
+
+/* A new session with the given name and ttl (clamped), not attached. */
+struct session *session_new(struct dlockd *d, const char *name, int64_t ttl);
+struct session *session_find(struct dlockd *d, const char *id);
+/* Clamps ttl to session-ttl-min..session-ttl-max. */
+int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
+/* Records a request: the session lives another ttl from now. */
+void session_touch(struct session *s);
+/* Attaches s to c, detaching whatever c or s had. */
+void session_attach(struct session *s, struct conn *c);
+
+enum session_end { SESSION_QUIT, SESSION_EXPIRED };
+/* Releases every hold, cancels every wait and frees s. */
+void session_end(struct session *s, enum session_end why);
+
+#endif
