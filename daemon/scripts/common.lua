@@ -45,6 +45,9 @@ local function waiter_daemon(wid)
     return string.match(wid, '^([^.]+)')
 end
 
+-- Set when a script took waiters out of the queue (see reply).
+local QUEUE_CHANGED = false
+
 -- Drops every hold and waiter whose lease has run out.
 local function purge()
     local dead = redis.call('ZRANGEBYSCORE', K_EXP, '-inf', NOW)
@@ -53,6 +56,7 @@ local function purge()
             local wid = string.sub(m, 2)
             redis.call('ZREM', K_QUEUE, wid)
             redis.call('HDEL', K_WAIT, wid)
+            QUEUE_CHANGED = true
         else
             redis.call('HDEL', K_HOLDS, m)
         end
@@ -62,25 +66,23 @@ local function purge()
     end
 end
 
--- The first hold that keeps hid from being granted, as field, value; nil when none.
--- Holds of the same session and owner never conflict (reentry, upgrade, downgrade).
-local function conflict(hid)
+-- Looks at the holds for hid: returns the first hold that keeps it from being
+-- granted (field, value, or nil) and whether the same session and owner hold
+-- the name in any mode. Holds of the same session and owner never conflict
+-- (reentry, upgrade, downgrade).
+local function inspect(hid)
     local who, mode = string.sub(hid, 2), string.sub(hid, 1, 1)
     local all = redis.call('HGETALL', K_HOLDS)
+    local own = false
     for i = 1, #all, 2 do
         local f = all[i]
-        if string.sub(f, 2) ~= who and (mode == 'x' or string.sub(f, 1, 1) == 'x') then
-            return f, all[i + 1]
+        if string.sub(f, 2) == who then
+            own = true
+        elseif mode == 'x' or string.sub(f, 1, 1) == 'x' then
+            return f, all[i + 1], own
         end
     end
-    return nil
-end
-
--- True when the session and owner of hid hold the name in any mode.
-local function holds_any(hid)
-    local who = string.sub(hid, 2)
-    return redis.call('HEXISTS', K_HOLDS, 'x' .. who) == 1
-        or redis.call('HEXISTS', K_HOLDS, 's' .. who) == 1
+    return nil, nil, own
 end
 
 -- Grants hid (or re-enters it). Returns token, count.
@@ -112,7 +114,7 @@ local function advance(out)
         end
         local wid = head[1]
         local w = waiter_decode(redis.call('HGET', K_WAIT, wid))
-        if conflict(w.hid) then
+        if inspect(w.hid) then
             return
         end
         local expiry = tonumber(redis.call('ZSCORE', K_EXP, '@' .. wid)) or NOW
@@ -122,6 +124,7 @@ local function advance(out)
         redis.call('ZREM', K_QUEUE, wid)
         redis.call('HDEL', K_WAIT, wid)
         redis.call('ZREM', K_EXP, '@' .. wid)
+        QUEUE_CHANGED = true
         local daemon = waiter_daemon(wid)
         local token, count = grant(w.hid, expiry, w.lease, w.bounded, daemon, wid, w.client)
         table.insert(out, wid)
@@ -172,7 +175,7 @@ local function reply(status, ...)
     for _, f in ipairs({ ... }) do
         table.insert(r, f)
     end
-    if redis.call('ZCARD', K_QUEUE) == 0 then
+    if QUEUE_CHANGED and redis.call('ZCARD', K_QUEUE) == 0 then
         redis.call('DEL', K_WAIT)
     end
     return r

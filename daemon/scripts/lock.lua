@@ -7,17 +7,18 @@ local hid, client, wid = ARGV[3], ARGV[4], ARGV[5]
 local wait, ttl, lease, bounded, qttl =
     ARGV[6] == '1', tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
 
-if redis.call('ZSCORE', K_QUEUE, wid) then
+if wait and redis.call('ZSCORE', K_QUEUE, wid) then
     return reply('WAIT', retry_after())
 end
-if redis.call('HEXISTS', K_HOLDS, hid) == 1
-    or (not conflict(hid) and (holds_any(hid) or redis.call('ZCARD', K_QUEUE) == 0)) then
+-- Reentry, downgrade and an upgrade nobody blocks skip the queue; others
+-- are granted only when nobody waits.
+local f, v, own = inspect(hid)
+if not f and (own or redis.call('EXISTS', K_QUEUE) == 0) then
     local token, count = grant(hid, NOW + ttl, lease, bounded, DAEMON, wid, client)
     return reply('OK', token, count)
 end
 
 if not wait then
-    local f, v = conflict(hid)
     if not f then
         local all = redis.call('HGETALL', K_HOLDS)
         f, v = all[1], all[2]
