@@ -1,0 +1,1362 @@
+/* harness.c - integration test harness: starts redis-server and dlockd, speaks RESP and the dlockd line protocol. */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef REDIS_SERVER
+#define REDIS_SERVER "redis-server"
+#endif
+#ifndef DLOCKD_PATH
+#define DLOCKD_PATH "daemon/dlockd"
+#endif
+
+#define H_MAX_PROCS 32     /* redis-servers or daemons one test process may start */
+#define H_START_MS 5000    /* how long a process may take to answer PING */
+#define H_STOP_MS 5000     /* how long a process may take to exit after SIGTERM */
+#define H_TAIL_LINES 40    /* log lines printed when an assertion fails */
+
+static char h_base[256];                     /* base temporary directory of the run */
+static struct h_redis *h_redises[H_MAX_PROCS]; /* redis-servers started by this process */
+static struct h_dlockd *h_daemons[H_MAX_PROCS]; /* daemons started by this process */
+static struct h_conn **h_conns;              /* open client connections */
+static size_t h_nconns;                      /* slots used in h_conns */
+static int h_used_ports[512];                /* ports handed out by h_free_port() */
+static size_t h_nused_ports;                 /* entries in h_used_ports */
+
+/* ------------------------------------------------------------------ time */
+
+int64_t h_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* ------------------------------------------------------- directories */
+
+static void h_ensure_base(void)
+{
+    const char *tmp = getenv("TMPDIR");
+
+    if (h_base[0] != '\0')
+        return;
+    snprintf(h_base, sizeof h_base, "%s/dlockd-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (mkdtemp(h_base) == NULL) {
+        fprintf(stderr, "harness: mkdtemp %s: %s\n", h_base, strerror(errno));
+        abort();
+    }
+}
+
+/* Creates a fresh directory base/prefix.XXXXXX into out. */
+static void h_make_dir(char *out, size_t cap, const char *prefix)
+{
+    h_ensure_base();
+    if ((size_t)snprintf(out, cap, "%s/%s.XXXXXX", h_base, prefix) >= cap)
+        H_FAIL("temporary directory name too long under %s", h_base);
+    if (mkdtemp(out) == NULL)
+        H_FAIL("mkdtemp %s: %s", out, strerror(errno));
+}
+
+static int h_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* rm -rf dir, unless H_KEEP is set. */
+static void h_remove_tree(const char *dir)
+{
+    if (dir[0] == '\0' || getenv("H_KEEP") != NULL)
+        return;
+    nftw(dir, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ------------------------------------------------------- processes */
+
+static void h_close_from(int lowfd)
+{
+    long max = sysconf(_SC_OPEN_MAX);
+
+    if (max < 0 || max > 65536)
+        max = 65536;
+    for (int fd = lowfd; fd < max; fd++)
+        close(fd);
+}
+
+/* The child half of h_spawn(): never returns. */
+static void h_child_exec(char *const argv[], int logfd, pid_t parent)
+{
+    sigset_t none;
+    int null;
+
+    /* Die with the test process even when it is killed (Check's timeout, a crash). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    null = open("/dev/null", O_RDONLY);
+    if (null >= 0)
+        dup2(null, 0);
+    dup2(logfd, 1);
+    dup2(logfd, 2);
+    h_close_from(3);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    execvp(argv[0], argv);
+    dprintf(2, "harness: cannot exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* Forks and execs argv with stdout and stderr appended to log. Returns the pid, or -1. */
+static pid_t h_spawn(char *const argv[], const char *log)
+{
+    pid_t parent = getpid();
+    int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t pid;
+
+    if (logfd < 0)
+        return -1;
+    pid = fork();
+    if (pid == 0)
+        h_child_exec(argv, logfd, parent);
+    close(logfd);
+    return pid;
+}
+
+/* waitpid with a timeout. Returns the wait status, or -1 when it did not exit in time. */
+static int h_wait_pid(pid_t pid, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    int status;
+
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+
+        if (w == pid || (w < 0 && errno == ECHILD))
+            return w == pid ? status : 0;
+        if (h_now_ms() >= deadline)
+            return -1;
+        h_sleep_ms(10);
+    }
+}
+
+/* SIGTERM, wait up to H_STOP_MS, then SIGKILL. Returns the wait status. */
+static int h_terminate(pid_t *pid)
+{
+    int status;
+
+    if (*pid <= 0)
+        return 0;
+    kill(*pid, SIGTERM);
+    status = h_wait_pid(*pid, H_STOP_MS);
+    if (status < 0) {
+        fprintf(stderr, "harness: pid %d ignored SIGTERM for %d ms, killing it\n", (int)*pid, H_STOP_MS);
+        kill(*pid, SIGKILL);
+        status = h_wait_pid(*pid, H_STOP_MS);
+    }
+    *pid = 0;
+    return status;
+}
+
+static void h_kill9(pid_t *pid)
+{
+    if (*pid <= 0)
+        return;
+    kill(*pid, SIGKILL);
+    h_wait_pid(*pid, H_STOP_MS);
+    *pid = 0;
+}
+
+/* 1 when the child exited (and reaps it), else 0. */
+static int h_exited(pid_t *pid)
+{
+    int status;
+
+    if (*pid > 0 && waitpid(*pid, &status, WNOHANG) == *pid) {
+        *pid = 0;
+        return 1;
+    }
+    return *pid <= 0;
+}
+
+static void h_copy_extra(char **dst, const char *const *extra)
+{
+    size_t n = 0;
+
+    for (; extra != NULL && extra[n] != NULL; n++) {
+        if (n >= H_MAX_EXTRA)
+            H_FAIL("more than %d extra arguments", H_MAX_EXTRA);
+        dst[n] = strdup(extra[n]);
+    }
+    dst[n] = NULL;
+}
+
+static void h_free_extra(char **extra)
+{
+    for (size_t i = 0; extra[i] != NULL; i++)
+        free(extra[i]);
+}
+
+int h_free_port(void)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof sa;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int port = 0, used = 0;
+
+        if (fd < 0)
+            H_FAIL("socket: %s", strerror(errno));
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+            port = ntohs(sa.sin_port);
+        close(fd);
+        for (size_t i = 0; i < h_nused_ports; i++)
+            used |= h_used_ports[i] == port;
+        if (port == 0 || used)
+            continue;
+        if (h_nused_ports < sizeof h_used_ports / sizeof h_used_ports[0])
+            h_used_ports[h_nused_ports++] = port;
+        return port;
+    }
+    H_FAIL("no free port found");
+}
+
+/* Prints the last nlines lines of the file at path to stderr. */
+static void h_print_tail(const char *path, int nlines)
+{
+    FILE *f = fopen(path, "r");
+    char *data;
+    long size, start;
+
+    if (f == NULL)
+        return;
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    start = size > 65536 ? size - 65536 : 0;
+    data = malloc((size_t)(size - start) + 1);
+    fseek(f, start, SEEK_SET);
+    size = (long)fread(data, 1, (size_t)(size - start), f);
+    data[size] = '\0';
+    fclose(f);
+    start = size;
+    for (int n = 0; start > 0; start--) {
+        if (data[start - 1] == '\n' && start != size && ++n >= nlines)
+            break;
+    }
+    fputs(data + start, stderr);
+    if (size > 0 && data[size - 1] != '\n')
+        fputc('\n', stderr);
+    free(data);
+}
+
+/* ----------------------------------------------------------- RESP */
+
+/* A growing string. */
+struct h_sb {
+    char *s;     /* NUL-terminated text */
+    size_t len;  /* bytes in s */
+    size_t cap;  /* allocated size of s */
+};
+
+static void h_sb_add(struct h_sb *sb, const char *data, size_t n)
+{
+    if (sb->len + n + 1 > sb->cap) {
+        sb->cap = (sb->len + n + 1) * 2;
+        sb->s = realloc(sb->s, sb->cap);
+    }
+    memcpy(sb->s + sb->len, data, n);
+    sb->len += n;
+    sb->s[sb->len] = '\0';
+}
+
+/* A buffered reader over one Redis connection. */
+struct h_rconn {
+    int fd;            /* socket */
+    int64_t deadline;  /* h_now_ms() after which reads give up */
+    char buf[16384];   /* bytes received */
+    size_t len;        /* bytes in buf */
+    size_t pos;        /* bytes of buf consumed */
+};
+
+/* Makes at least n unconsumed bytes available. Returns 0, or -1 on timeout or EOF. */
+static int h_rc_need(struct h_rconn *rc, size_t n)
+{
+    while (rc->len - rc->pos < n) {
+        struct pollfd p = {rc->fd, POLLIN, 0};
+        int64_t left = rc->deadline - h_now_ms();
+        ssize_t r;
+
+        if (rc->pos > 0) {
+            memmove(rc->buf, rc->buf + rc->pos, rc->len - rc->pos);
+            rc->len -= rc->pos;
+            rc->pos = 0;
+        }
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        r = recv(rc->fd, rc->buf + rc->len, sizeof rc->buf - rc->len, 0);
+        if (r <= 0) {
+            errno = r == 0 ? ECONNRESET : errno;
+            return -1;
+        }
+        rc->len += (size_t)r;
+    }
+    return 0;
+}
+
+/* Reads one "\r\n"-terminated line into line (without terminator). Returns 0 or -1. */
+static int h_rc_line(struct h_rconn *rc, struct h_sb *line)
+{
+    line->len = 0;
+    h_sb_add(line, "", 0);
+    for (;;) {
+        if (h_rc_need(rc, 1) < 0)
+            return -1;
+        char c = rc->buf[rc->pos++];
+        if (c == '\n')
+            break;
+        h_sb_add(line, &c, 1);
+    }
+    if (line->len > 0 && line->s[line->len - 1] == '\r')
+        line->s[--line->len] = '\0';
+    return 0;
+}
+
+/* Reads one RESP value and appends its flat text to out. Returns 1, 0 for nil, -1 on error. */
+static int h_rc_value(struct h_rconn *rc, struct h_sb *out)
+{
+    struct h_sb line = {0};
+    long long n;
+    int ret = 1;
+
+    if (h_rc_line(rc, &line) < 0) {
+        free(line.s);
+        return -1;
+    }
+    n = line.len > 1 ? strtoll(line.s + 1, NULL, 10) : 0;
+    switch (line.len > 0 ? line.s[0] : '?') {
+    case '+':
+    case ':':
+        h_sb_add(out, line.s + 1, line.len - 1);
+        break;
+    case '-':
+        h_sb_add(out, line.s, line.len);
+        break;
+    case '$':
+        if (n < 0) {
+            ret = 0;
+        } else if (h_rc_need(rc, (size_t)n + 2) < 0) {
+            ret = -1;
+        } else {
+            h_sb_add(out, rc->buf + rc->pos, (size_t)n);
+            rc->pos += (size_t)n + 2;
+        }
+        break;
+    case '*':
+        ret = n < 0 ? 0 : 1;
+        for (long long i = 0; i < n && ret >= 0; i++) {
+            if (i > 0)
+                h_sb_add(out, "\n", 1);
+            if (h_rc_value(rc, out) < 0)
+                ret = -1;
+        }
+        break;
+    default:
+        errno = EPROTO;
+        ret = -1;
+    }
+    free(line.s);
+    return ret;
+}
+
+static int h_tcp_connect(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static int h_send_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = send(fd, data, len, MSG_NOSIGNAL);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+static char *h_redis_cmd_timed(int port, int timeout_ms, int argc, const char *const *argv)
+{
+    struct h_rconn *rc = calloc(1, sizeof *rc);
+    struct h_sb req = {0}, out = {0};
+    char head[64];
+    int ret = -1;
+
+    rc->fd = h_tcp_connect(port);
+    rc->deadline = h_now_ms() + timeout_ms;
+    snprintf(head, sizeof head, "*%d\r\n", argc);
+    h_sb_add(&req, head, strlen(head));
+    for (int i = 0; i < argc; i++) {
+        snprintf(head, sizeof head, "$%zu\r\n", strlen(argv[i]));
+        h_sb_add(&req, head, strlen(head));
+        h_sb_add(&req, argv[i], strlen(argv[i]));
+        h_sb_add(&req, "\r\n", 2);
+    }
+    if (rc->fd >= 0 && h_send_all(rc->fd, req.s, req.len) == 0) {
+        h_sb_add(&out, "", 0);
+        ret = h_rc_value(rc, &out);
+    }
+    int e = errno;
+    if (rc->fd >= 0)
+        close(rc->fd);
+    free(rc);
+    free(req.s);
+    if (ret <= 0) {
+        free(out.s);
+        errno = ret == 0 ? 0 : e;
+        return NULL;
+    }
+    return out.s;
+}
+
+char *h_redis_cmdv(int port, int argc, const char *const *argv)
+{
+    return h_redis_cmd_timed(port, H_TIMEOUT, argc, argv);
+}
+
+/* Collects the NULL-terminated arguments after cmd. */
+static int h_collect_args(const char **argv, int max, const char *cmd, va_list ap)
+{
+    int argc = 0;
+
+    for (const char *a = cmd; a != NULL && argc < max; a = va_arg(ap, const char *))
+        argv[argc++] = a;
+    return argc;
+}
+
+char *h_redis_cmd(int port, const char *cmd, ...)
+{
+    const char *argv[64];
+    va_list ap;
+    int argc;
+
+    va_start(ap, cmd);
+    argc = h_collect_args(argv, 64, cmd, ap);
+    va_end(ap);
+    return h_redis_cmdv(port, argc, argv);
+}
+
+static long long h_to_int(char *s)
+{
+    char *end;
+    long long v;
+
+    if (s == NULL)
+        return errno == 0 ? 0 : LLONG_MIN;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0)
+        v = LLONG_MIN;
+    free(s);
+    return v;
+}
+
+long long h_redis_int(int port, const char *cmd, ...)
+{
+    const char *argv[64];
+    va_list ap;
+    int argc;
+
+    va_start(ap, cmd);
+    argc = h_collect_args(argv, 64, cmd, ap);
+    va_end(ap);
+    return h_to_int(h_redis_cmdv(port, argc, argv));
+}
+
+long long h_redis_cmdstat(int port, const char *cmd)
+{
+    char *info = h_redis_cmd(port, "INFO", "commandstats", NULL);
+    char needle[128];
+    const char *p;
+    long long calls = 0;
+
+    if (info == NULL || info[0] == '-') {
+        free(info);
+        return -1;
+    }
+    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+    p = strstr(info, needle);
+    if (p != NULL)
+        calls = strtoll(p + strlen(needle), NULL, 10);
+    free(info);
+    return calls;
+}
+
+long long h_redis_count_keys(int port, const char *pattern)
+{
+    char cursor[32] = "0";
+    long long count = 0;
+
+    do {
+        char *r = h_redis_cmd(port, "SCAN", cursor, "MATCH", pattern, "COUNT", "1000", NULL);
+        char *save = NULL, *tok;
+
+        if (r == NULL || r[0] == '-') {
+            free(r);
+            return -1;
+        }
+        tok = strtok_r(r, "\n", &save);
+        snprintf(cursor, sizeof cursor, "%s", tok ? tok : "0");
+        while ((tok = strtok_r(NULL, "\n", &save)) != NULL)
+            count++;
+        free(r);
+    } while (strcmp(cursor, "0") != 0);
+    return count;
+}
+
+/* --------------------------------------------------------- redis-server */
+
+static const char *h_redis_path(void)
+{
+    const char *env = getenv("REDIS_SERVER");
+
+    if (env != NULL && *env != '\0')
+        return env;
+    return REDIS_SERVER[0] != '\0' ? REDIS_SERVER : "redis-server";
+}
+
+/* Spawns redis on r->port and waits for PONG. Returns 1, or 0 when it exited or did not answer. */
+static int h_redis_spawn(struct h_redis *r)
+{
+    char port[16];
+    char *argv[32 + H_MAX_EXTRA];
+    int n = 0;
+    int64_t deadline;
+
+    snprintf(port, sizeof port, "%d", r->port);
+    argv[n++] = (char *)h_redis_path();
+    argv[n++] = "--port";
+    argv[n++] = port;
+    argv[n++] = "--bind";
+    argv[n++] = "127.0.0.1";
+    argv[n++] = "--dir";
+    argv[n++] = r->dir;
+    argv[n++] = "--save";
+    argv[n++] = "";
+    argv[n++] = "--appendonly";
+    argv[n++] = "no";
+    argv[n++] = "--daemonize";
+    argv[n++] = "no";
+    argv[n++] = "--logfile";
+    argv[n++] = "";
+    for (size_t i = 0; r->extra[i] != NULL; i++)
+        argv[n++] = r->extra[i];
+    argv[n] = NULL;
+    r->pid = h_spawn(argv, r->log);
+    if (r->pid < 0)
+        H_FAIL("cannot start %s: %s", argv[0], strerror(errno));
+    for (deadline = h_now_ms() + H_START_MS; h_now_ms() < deadline; h_sleep_ms(20)) {
+        const char *ping[] = {"PING"};
+        char *reply;
+
+        if (h_exited(&r->pid))
+            return 0;
+        reply = h_redis_cmd_timed(r->port, 500, 1, ping);
+        if (reply != NULL && strcmp(reply, "PONG") == 0) {
+            free(reply);
+            return 1;
+        }
+        free(reply);
+    }
+    h_kill9(&r->pid);
+    return 0;
+}
+
+static void h_register(void **table, void *p)
+{
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (table[i] == NULL) {
+            table[i] = p;
+            return;
+        }
+    }
+    H_FAIL("more than %d processes of one kind", H_MAX_PROCS);
+}
+
+struct h_redis *h_redis_start(const char *const *extra)
+{
+    struct h_redis *r = calloc(1, sizeof *r);
+
+    r->owner = getpid();
+    h_make_dir(r->dir, sizeof r->dir, "redis");
+    snprintf(r->log, sizeof r->log, "%s/redis.log", r->dir);
+    h_copy_extra(r->extra, extra);
+    h_register((void **)h_redises, r);
+    /* A port found free may be taken before redis binds it: try another one. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        r->port = h_free_port();
+        if (h_redis_spawn(r))
+            return r;
+    }
+    fprintf(stderr, "---- tail of %s ----\n", r->log);
+    h_print_tail(r->log, H_TAIL_LINES);
+    H_FAIL("redis-server (%s) did not answer PING; log in %s", h_redis_path(), r->log);
+}
+
+int h_redis_stop(struct h_redis *r)
+{
+    if (r->pid > 0)
+        kill(r->pid, SIGCONT);
+    return h_terminate(&r->pid);
+}
+
+void h_redis_kill(struct h_redis *r)
+{
+    h_kill9(&r->pid);
+}
+
+void h_redis_restart(struct h_redis *r)
+{
+    if (r->pid > 0)
+        h_redis_stop(r);
+    /* The port may still be held briefly by the dying process. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (h_redis_spawn(r))
+            return;
+        h_sleep_ms(200);
+    }
+    H_FAIL("redis-server did not restart on port %d; log in %s", r->port, r->log);
+}
+
+void h_redis_pause(struct h_redis *r)
+{
+    if (r->pid > 0)
+        kill(r->pid, SIGSTOP);
+}
+
+void h_redis_resume(struct h_redis *r)
+{
+    if (r->pid > 0)
+        kill(r->pid, SIGCONT);
+}
+
+/* ----------------------------------------------------------------- dlockd */
+
+static const char *h_dlockd_path(void)
+{
+    const char *env = getenv("DLOCKD");
+
+    return env != NULL && *env != '\0' ? env : DLOCKD_PATH;
+}
+
+/* 1 when a new connection to port gets "OK" to PING within 500 ms. */
+static int h_dlockd_pings(int port)
+{
+    struct h_conn *c = h_connect_try(port);
+    const char *line;
+    int ok;
+
+    if (c == NULL)
+        return 0;
+    line = h_request(c, 500, "PING");
+    ok = line != NULL && strcmp(line, "OK") == 0;
+    h_close(c);
+    return ok;
+}
+
+/* Spawns the daemon on d->port and waits for PING. Returns 1, or 0 when it exited or did not answer. */
+static int h_dlockd_spawn(struct h_dlockd *d)
+{
+    char listen[64], redis[64];
+    char *argv[16 + H_MAX_EXTRA];
+    int n = 0;
+    int64_t deadline;
+
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
+    snprintf(redis, sizeof redis, "127.0.0.1:%d", d->redis_port);
+    argv[n++] = (char *)h_dlockd_path();
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    argv[n++] = "--redis";
+    argv[n++] = redis;
+    argv[n++] = "--log-level";
+    argv[n++] = "debug";
+    for (size_t i = 0; d->extra[i] != NULL; i++)
+        argv[n++] = d->extra[i];
+    argv[n] = NULL;
+    d->pid = h_spawn(argv, d->log);
+    if (d->pid < 0)
+        H_FAIL("cannot start %s: %s", argv[0], strerror(errno));
+    for (deadline = h_now_ms() + H_START_MS; h_now_ms() < deadline; h_sleep_ms(20)) {
+        if (h_exited(&d->pid))
+            return 0;
+        if (h_dlockd_pings(d->port))
+            return 1;
+    }
+    h_kill9(&d->pid);
+    return 0;
+}
+
+/* Fails the test; h_fail_at() prints the log tail of every registered daemon, d included. */
+static void h_dlockd_fail_start(struct h_dlockd *d, const char *what)
+{
+    H_FAIL("dlockd (%s) did not %s on port %d; log in %s", h_dlockd_path(), what, d->port, d->log);
+}
+
+struct h_dlockd *h_dlockd_start(int redis_port, const char *const *extra)
+{
+    struct h_dlockd *d = calloc(1, sizeof *d);
+
+    d->owner = getpid();
+    d->redis_port = redis_port;
+    h_make_dir(d->dir, sizeof d->dir, "dlockd");
+    snprintf(d->log, sizeof d->log, "%s/dlockd.log", d->dir);
+    h_copy_extra(d->extra, extra);
+    h_register((void **)h_daemons, d);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        d->port = h_free_port();
+        if (h_dlockd_spawn(d))
+            return d;
+    }
+    h_dlockd_fail_start(d, "start and answer PING");
+    return NULL;
+}
+
+int h_dlockd_stop(struct h_dlockd *d)
+{
+    return h_terminate(&d->pid);
+}
+
+void h_dlockd_kill(struct h_dlockd *d)
+{
+    h_kill9(&d->pid);
+}
+
+void h_dlockd_restart(struct h_dlockd *d)
+{
+    if (d->pid > 0)
+        h_dlockd_stop(d);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        if (h_dlockd_spawn(d))
+            return;
+        h_sleep_ms(200);
+    }
+    h_dlockd_fail_start(d, "restart");
+}
+
+void h_dlockd_log_tail(const struct h_dlockd *d, int nlines)
+{
+    fprintf(stderr, "---- tail of %s (dlockd on port %d, redis %d) ----\n", d->log, d->port, d->redis_port);
+    h_print_tail(d->log, nlines);
+    fprintf(stderr, "---- end of %s ----\n", d->log);
+}
+
+void h_dump_logs(void)
+{
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        if (h_daemons[i] != NULL && h_daemons[i]->owner == getpid())
+            h_dlockd_log_tail(h_daemons[i], H_TAIL_LINES);
+    }
+}
+
+/* ------------------------------------------------------------- clients */
+
+static void h_track_conn(struct h_conn *c)
+{
+    for (size_t i = 0; i < h_nconns; i++) {
+        if (h_conns[i] == NULL) {
+            h_conns[i] = c;
+            return;
+        }
+    }
+    h_conns = realloc(h_conns, (h_nconns + 1) * sizeof *h_conns);
+    h_conns[h_nconns++] = c;
+}
+
+struct h_conn *h_connect_try(int port)
+{
+    int fd = h_tcp_connect(port);
+    struct h_conn *c;
+
+    if (fd < 0)
+        return NULL;
+    c = calloc(1, sizeof *c);
+    c->fd = fd;
+    h_track_conn(c);
+    return c;
+}
+
+void h_close(struct h_conn *c)
+{
+    if (c == NULL)
+        return;
+    for (size_t i = 0; i < h_nconns; i++) {
+        if (h_conns[i] == c)
+            h_conns[i] = NULL;
+    }
+    if (c->fd >= 0)
+        close(c->fd);
+    for (size_t i = 0; i < c->nqueue; i++)
+        free(c->queue[i]);
+    free(c->queue);
+    free(c->buf);
+    free(c->last);
+    free(c);
+}
+
+int h_send_raw(struct h_conn *c, const void *data, size_t len)
+{
+    if (c->fd < 0 || h_send_all(c->fd, data, len) < 0)
+        return -1;
+    return 0;
+}
+
+static int h_vsend(struct h_conn *c, const char *fmt, va_list ap)
+{
+    char *line = NULL;
+    int n = vasprintf(&line, fmt, ap);
+    int ret;
+
+    if (n < 0)
+        return -1;
+    line = realloc(line, (size_t)n + 2);
+    line[n] = '\n';
+    ret = h_send_raw(c, line, (size_t)n + 1);
+    free(line);
+    return ret;
+}
+
+int h_send(struct h_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    int ret;
+
+    va_start(ap, fmt);
+    ret = h_vsend(c, fmt, ap);
+    va_end(ap);
+    return ret;
+}
+
+/* Moves the complete lines of c->buf to c->queue. */
+static void h_split_lines(struct h_conn *c)
+{
+    size_t start = 0;
+
+    for (size_t i = 0; i < c->len; i++) {
+        if (c->buf[i] != '\n')
+            continue;
+        size_t end = i;
+        if (end > start && c->buf[end - 1] == '\r')
+            end--;
+        if (c->nqueue == c->qcap) {
+            c->qcap = c->qcap ? c->qcap * 2 : 16;
+            c->queue = realloc(c->queue, c->qcap * sizeof *c->queue);
+        }
+        c->queue[c->nqueue++] = strndup(c->buf + start, end - start);
+        start = i + 1;
+    }
+    memmove(c->buf, c->buf + start, c->len - start);
+    c->len -= start;
+}
+
+/* Waits until deadline for bytes. Returns 1 when some arrived, 0 on timeout, -1 at EOF. */
+static int h_fill(struct h_conn *c, int64_t deadline)
+{
+    int64_t left = deadline - h_now_ms();
+    struct pollfd p = {c->fd, POLLIN, 0};
+    ssize_t r;
+
+    if (c->fd < 0 || c->eof)
+        return -1;
+    if (poll(&p, 1, left > 0 ? (int)left : 0) <= 0)
+        return 0;
+    if (c->cap - c->len < 4096) {
+        c->cap = c->cap * 2 + 8192;
+        c->buf = realloc(c->buf, c->cap);
+    }
+    r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
+    if (r < 0 && errno == EINTR)
+        return 0;
+    if (r <= 0) {
+        c->eof = 1;
+        return -1;
+    }
+    c->len += (size_t)r;
+    h_split_lines(c);
+    return 1;
+}
+
+typedef int (*h_pred)(const char *line, const char *arg);
+
+static int h_is_any(const char *line, const char *arg)
+{
+    (void)line;
+    (void)arg;
+    return 1;
+}
+
+static int h_is_reply(const char *line, const char *arg)
+{
+    (void)arg;
+    return line[0] != '*';
+}
+
+static int h_is_tagged(const char *line, const char *tag)
+{
+    size_t n = strlen(tag);
+
+    return line[0] == '#' && strncmp(line + 1, tag, n) == 0 && line[n + 1] == ' ';
+}
+
+static int h_is_event(const char *line, const char *pattern)
+{
+    return line[0] == '*' && (pattern == NULL || h_match(line, pattern));
+}
+
+/* Takes the first queued (or arriving) line for which pred holds; NULL on timeout or EOF. */
+static const char *h_take(struct h_conn *c, h_pred pred, const char *arg, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    for (;;) {
+        for (size_t i = 0; i < c->nqueue; i++) {
+            if (!pred(c->queue[i], arg))
+                continue;
+            free(c->last);
+            c->last = c->queue[i];
+            memmove(c->queue + i, c->queue + i + 1, (c->nqueue - i - 1) * sizeof *c->queue);
+            c->nqueue--;
+            return c->last;
+        }
+        if (c->fd < 0 || c->eof || h_now_ms() >= deadline)
+            return NULL;
+        h_fill(c, deadline);
+    }
+}
+
+const char *h_line(struct h_conn *c, int timeout_ms)
+{
+    return h_take(c, h_is_any, NULL, timeout_ms);
+}
+
+const char *h_reply(struct h_conn *c, int timeout_ms)
+{
+    return h_take(c, h_is_reply, NULL, timeout_ms);
+}
+
+const char *h_reply_tag(struct h_conn *c, const char *tag, int timeout_ms)
+{
+    return h_take(c, h_is_tagged, tag, timeout_ms);
+}
+
+const char *h_event(struct h_conn *c, const char *pattern, int timeout_ms)
+{
+    return h_take(c, h_is_event, pattern, timeout_ms);
+}
+
+const char *h_request(struct h_conn *c, int timeout_ms, const char *fmt, ...)
+{
+    va_list ap;
+    int ret;
+
+    va_start(ap, fmt);
+    ret = h_vsend(c, fmt, ap);
+    va_end(ap);
+    return ret < 0 ? NULL : h_reply(c, timeout_ms);
+}
+
+int h_wait_eof(struct h_conn *c, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    while (!c->eof && c->fd >= 0 && h_now_ms() < deadline)
+        h_fill(c, deadline);
+    return c->eof;
+}
+
+/* ------------------------------------------------------- reply parsing */
+
+static int h_in_class(char k, char ch)
+{
+    switch (k) {
+    case 'd':
+        return ch >= '0' && ch <= '9';
+    case 'x':
+        return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f');
+    default: /* 'w' */
+        return ch != ' ' && ch != '\0';
+    }
+}
+
+int h_match(const char *s, const char *p)
+{
+    for (;;) {
+        if (*p == '\0')
+            return *s == '\0';
+        if (p[0] == '%' && p[1] == '*') {
+            for (const char *t = s + strlen(s); t >= s; t--) {
+                if (h_match(t, p + 2))
+                    return 1;
+            }
+            return 0;
+        }
+        if (p[0] == '%' && (p[1] == 'd' || p[1] == 'x' || p[1] == 'w')) {
+            size_t n = 0;
+
+            while (s[n] != '\0' && h_in_class(p[1], s[n]))
+                n++;
+            for (; n > 0; n--) {
+                if (h_match(s + n, p + 2))
+                    return 1;
+            }
+            return 0;
+        }
+        if (p[0] == '%' && p[1] == '%')
+            p++;
+        if (*s != *p)
+            return 0;
+        s++;
+        p++;
+    }
+}
+
+int h_kv(const char *line, const char *key, char *out, size_t cap)
+{
+    size_t klen = strlen(key);
+
+    for (const char *p = line; p != NULL && *p != '\0';) {
+        while (*p == ' ')
+            p++;
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            const char *v = p + klen + 1;
+            size_t n = strcspn(v, " ");
+
+            if (n + 1 > cap)
+                return -1;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return 0;
+        }
+        p = strchr(p, ' ');
+    }
+    return -1;
+}
+
+long long h_kv_int(const char *line, const char *key)
+{
+    char buf[64], *end;
+    long long v;
+
+    if (line == NULL || h_kv(line, key, buf, sizeof buf) < 0 || buf[0] == '\0')
+        return LLONG_MIN;
+    errno = 0;
+    v = strtoll(buf, &end, 10);
+    return *end != '\0' || errno != 0 ? LLONG_MIN : v;
+}
+
+/* A malloc'd copy of json without whitespace outside strings. */
+static char *h_json_compact(const char *json)
+{
+    char *out = malloc(strlen(json) + 1), *o = out;
+    int in_str = 0;
+
+    for (const char *p = json; *p != '\0'; p++) {
+        if (in_str && *p == '\\' && p[1] != '\0') {
+            *o++ = *p++;
+            *o++ = *p;
+            continue;
+        }
+        if (*p == '"')
+            in_str = !in_str;
+        if (!in_str && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+            continue;
+        *o++ = *p;
+    }
+    *o = '\0';
+    return out;
+}
+
+int h_json_has(const char *json, const char *needle)
+{
+    char *c = h_json_compact(json);
+    int found = strstr(c, needle) != NULL;
+
+    free(c);
+    return found;
+}
+
+long long h_json_int(const char *json, const char *key)
+{
+    char *c = h_json_compact(json), *p, *end, needle[256];
+    long long v = LLONG_MIN;
+
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    p = strstr(c, needle);
+    if (p != NULL) {
+        p += strlen(needle);
+        v = strtoll(p, &end, 10);
+        if (end == p)
+            v = LLONG_MIN;
+    }
+    free(c);
+    return v;
+}
+
+int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    do {
+        const char *r;
+
+        if (h_send(c, "#st STATUS %s", name) < 0)
+            return 0;
+        r = h_reply_tag(c, "st", H_TIMEOUT);
+        if (r != NULL && h_json_int(r, "waiters") >= n)
+            return 1;
+        h_sleep_ms(20);
+    } while (h_now_ms() < deadline);
+    return 0;
+}
+
+/* ------------------------------------------------------------- assertions */
+
+void h_fail_at(const char *file, int line, const char *fmt, ...)
+{
+    char msg[4096];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+    h_dump_logs();
+    _ck_assert_failed(file, line, "Failed", "%s", msg);
+}
+
+struct h_conn *h_connect_at(const char *file, int line, int port)
+{
+    struct h_conn *c = h_connect_try(port);
+
+    if (c == NULL)
+        h_fail_at(file, line, "cannot connect to port %d: %s", port, strerror(errno));
+    return c;
+}
+
+/* The queued lines of c, for failure messages. */
+static void h_queued(const struct h_conn *c, char *out, size_t cap)
+{
+    size_t n = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < c->nqueue && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, " [%s]", c->queue[i]);
+}
+
+static const char *h_expect_reply(const char *file, int line, struct h_conn *c, const char *pattern,
+                                  int timeout_ms, const char *req)
+{
+    const char *r = h_reply(c, timeout_ms);
+    char queued[1024];
+
+    h_queued(c, queued, sizeof queued);
+    if (r == NULL)
+        h_fail_at(file, line, "%s%s%s: expected '%s', got %s within %d ms; queued:%s", req ? "'" : "",
+                  req ? req : "", req ? "'" : "reply", pattern, c->eof ? "connection closed" : "nothing",
+                  timeout_ms, queued);
+    if (!h_match(r, pattern))
+        h_fail_at(file, line, "%s%s%s: expected '%s', got '%s'", req ? "'" : "", req ? req : "",
+                  req ? "'" : "reply", pattern, r);
+    return r;
+}
+
+const char *h_req_at(const char *file, int line, struct h_conn *c, const char *pattern, const char *fmt, ...)
+{
+    char req[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req, sizeof req, fmt, ap);
+    va_end(ap);
+    if (h_send(c, "%s", req) < 0)
+        h_fail_at(file, line, "'%s': cannot send, connection broken", req);
+    return h_expect_reply(file, line, c, pattern, H_TIMEOUT, req);
+}
+
+const char *h_reply_at(const char *file, int line, struct h_conn *c, const char *pattern, int timeout_ms)
+{
+    return h_expect_reply(file, line, c, pattern, timeout_ms, NULL);
+}
+
+struct h_conn *h_client_at(const char *file, int line, const struct h_dlockd *d, const char *hello_args)
+{
+    struct h_conn *c = h_connect_at(file, line, d->port);
+    const char *r;
+
+    if (hello_args != NULL && hello_args[0] != '\0')
+        r = h_req_at(file, line, c, "OK session=%x%*", "HELLO %s", hello_args);
+    else
+        r = h_req_at(file, line, c, "OK session=%x%*", "HELLO");
+    h_kv(r, "session", c->session, sizeof c->session);
+    return c;
+}
+
+const char *h_event_at(const char *file, int line, struct h_conn *c, const char *pattern, int timeout_ms)
+{
+    const char *e = h_event(c, pattern, timeout_ms);
+    char queued[1024];
+
+    if (e == NULL) {
+        h_queued(c, queued, sizeof queued);
+        h_fail_at(file, line, "no event matching '%s' within %d ms (%s); queued:%s", pattern, timeout_ms,
+                  c->eof ? "connection closed" : "connection open", queued);
+    }
+    return e;
+}
+
+void h_silent_at(const char *file, int line, struct h_conn *c, int ms)
+{
+    const char *r = h_reply(c, ms);
+
+    if (r != NULL)
+        h_fail_at(file, line, "expected no reply for %d ms, got '%s'", ms, r);
+}
+
+void h_eof_at(const char *file, int line, struct h_conn *c, int timeout_ms)
+{
+    const char *r = h_reply(c, timeout_ms);
+
+    if (r != NULL)
+        h_fail_at(file, line, "expected the connection to close, got '%s'", r);
+    if (!c->eof)
+        h_fail_at(file, line, "connection still open after %d ms", timeout_ms);
+}
+
+long long h_kv_int_at(const char *file, int line, const char *reply, const char *key)
+{
+    long long v = h_kv_int(reply, key);
+
+    if (v == LLONG_MIN)
+        h_fail_at(file, line, "no number %s= in '%s'", key, reply ? reply : "(null)");
+    return v;
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+void h_cleanup(void)
+{
+    pid_t me = getpid();
+
+    for (size_t i = 0; i < h_nconns; i++) {
+        struct h_conn *c = h_conns[i];
+        h_conns[i] = NULL;
+        h_close(c);
+    }
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        struct h_dlockd *d = h_daemons[i];
+
+        if (d == NULL || d->owner != me)
+            continue;
+        h_dlockd_stop(d);
+        h_remove_tree(d->dir);
+        h_free_extra(d->extra);
+        free(d);
+        h_daemons[i] = NULL;
+    }
+    for (int i = 0; i < H_MAX_PROCS; i++) {
+        struct h_redis *r = h_redises[i];
+
+        if (r == NULL || r->owner != me)
+            continue;
+        h_redis_resume(r);
+        h_kill9(&r->pid);
+        h_remove_tree(r->dir);
+        h_free_extra(r->extra);
+        free(r);
+        h_redises[i] = NULL;
+    }
+}
+
+void h_init(void)
+{
+    static int done;
+
+    h_ensure_base();
+    if (!done)
+        atexit(h_cleanup);
+    done = 1;
+}
+
+void h_fini(int failed)
+{
+    h_cleanup();
+    if (h_base[0] == '\0')
+        return;
+    if (failed || getenv("H_KEEP") != NULL) {
+        fprintf(stderr, "harness: logs kept in %s\n", h_base);
+        return;
+    }
+    nftw(h_base, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int h_run_suite(Suite *s)
+{
+    SRunner *sr = srunner_create(s);
+    int failed;
+
+    h_init();
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    h_fini(failed);
+    return failed;
+}

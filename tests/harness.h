@@ -1,0 +1,213 @@
+/* harness.h - integration test harness: private redis-server and dlockd processes, raw protocol clients. */
+#ifndef DLOCK_HARNESS_H
+#define DLOCK_HARNESS_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define H_TIMEOUT 5000   /* ms: default wait for a reply that should come at once */
+#define H_MAX_EXTRA 32   /* extra command-line arguments of one process */
+
+/* A NULL-terminated argument list for h_redis_start()/h_dlockd_start(): H_ARGS("--lock-lease", "3s"). */
+#define H_ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* A redis-server started by the harness. */
+struct h_redis {
+    pid_t pid;                     /* 0 while not running */
+    pid_t owner;                   /* the process that started it (only it may stop it) */
+    int port;                      /* loopback TCP port, kept across restarts */
+    char dir[256];                 /* private working directory (mkdtemp) */
+    char log[300];                 /* dir/redis.log: its stdout and stderr */
+    char *extra[H_MAX_EXTRA + 1];  /* extra arguments, NULL-terminated */
+};
+
+/* A dlockd started by the harness. */
+struct h_dlockd {
+    pid_t pid;                     /* 0 while not running */
+    pid_t owner;                   /* the process that started it */
+    int port;                      /* loopback TCP port it listens on, kept across restarts */
+    int redis_port;                /* the Redis it uses */
+    char dir[256];                 /* private directory (mkdtemp) */
+    char log[300];                 /* dir/dlockd.log: its stdout and stderr, appended across restarts */
+    char *extra[H_MAX_EXTRA + 1];  /* extra arguments, NULL-terminated */
+};
+
+/* A client connection speaking the line protocol. */
+struct h_conn {
+    int fd;             /* socket; -1 once closed by h_close() */
+    int eof;            /* 1 once the server closed the connection (or it broke) */
+    char *buf;          /* bytes received, not yet split into lines */
+    size_t len, cap;    /* bytes in buf, size of buf */
+    char **queue;       /* complete lines received and not yet taken */
+    size_t nqueue;      /* lines in queue */
+    size_t qcap;        /* slots in queue */
+    char *last;         /* the line returned last; valid until the next take on this connection */
+    char session[64];   /* session id from h_client()'s HELLO, "" otherwise */
+};
+
+/* ---- process and run setup */
+
+/*
+ * Creates the base temporary directory of this test program (under $TMPDIR
+ * or /tmp) and registers an exit handler that kills what this process
+ * started. Call once from main() before running the suite.
+ */
+void h_init(void);
+/*
+ * Ends the run: removes the base directory when failed == 0 and H_KEEP is
+ * not set in the environment, else prints where the logs are.
+ */
+void h_fini(int failed);
+/* Runs a suite with CK_NORMAL inside h_init()/h_fini(); returns the number of failed tests. */
+int h_run_suite(Suite *s);
+/*
+ * Stops every daemon and Redis this process started, closes its
+ * connections and removes their directories. For checked teardowns; also
+ * runs at exit.
+ */
+void h_cleanup(void);
+
+/* ---- time */
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t h_now_ms(void);
+void h_sleep_ms(int ms);
+
+/* A loopback TCP port that was free a moment ago and was not handed out before by this process. */
+int h_free_port(void);
+
+/* ---- redis-server */
+
+/*
+ * Starts redis-server (REDIS_SERVER, or $REDIS_SERVER) on a free loopback
+ * port in a fresh directory without persistence; extra (NULL-terminated,
+ * may be NULL) is appended, e.g. H_ARGS("--appendonly", "yes"). Waits until
+ * it answers PING; fails the test otherwise. Never returns NULL.
+ */
+struct h_redis *h_redis_start(const char *const *extra);
+/* SIGTERM (after SIGCONT), waitpid; SIGKILL after 5 s. Returns the wait status. */
+int h_redis_stop(struct h_redis *r);
+/* SIGKILL and waitpid. */
+void h_redis_kill(struct h_redis *r);
+/* Starts it again on the same port with the same arguments; fails the test unless it answers PING. */
+void h_redis_restart(struct h_redis *r);
+/* SIGSTOP / SIGCONT. */
+void h_redis_pause(struct h_redis *r);
+void h_redis_resume(struct h_redis *r);
+
+/*
+ * Sends one command (arguments up to a NULL) to the Redis on port over a
+ * new connection and returns the reply as a malloc'd string that the
+ * caller frees: status and bulk replies as their text, integers in
+ * decimal, errors as "-ERR ...", arrays flattened with '\n' between
+ * elements (nested nil as ""). Returns NULL for a nil reply or when Redis
+ * did not answer within 5 s (errno is then set). Never fails the test.
+ */
+char *h_redis_cmd(int port, const char *cmd, ...) __attribute__((sentinel));
+char *h_redis_cmdv(int port, int argc, const char *const *argv);
+/* The reply as an integer (nil is 0); LLONG_MIN on error or a non-number. */
+long long h_redis_int(int port, const char *cmd, ...) __attribute__((sentinel));
+/* calls= of cmdstat_<cmd> in INFO commandstats (0 when absent); -1 on error. */
+long long h_redis_cmdstat(int port, const char *cmd);
+/* Number of keys matching pattern, counted with SCAN; -1 on error. */
+long long h_redis_count_keys(int port, const char *pattern);
+
+/* ---- dlockd */
+
+/*
+ * Starts DLOCKD_PATH (or $DLOCKD) as `dlockd --listen 127.0.0.1:PORT --redis
+ * 127.0.0.1:redis_port --log-level debug [extra...]` on a free port, output
+ * to a log file. Waits (up to 5 s) until it accepts a connection and
+ * answers PING; fails the test otherwise (printing the log's tail). Several
+ * may share one Redis.
+ */
+struct h_dlockd *h_dlockd_start(int redis_port, const char *const *extra);
+/* SIGTERM, waitpid; SIGKILL after 5 s. Returns the wait status. */
+int h_dlockd_stop(struct h_dlockd *d);
+/* SIGKILL and waitpid. */
+void h_dlockd_kill(struct h_dlockd *d);
+/* Starts it again on the same port with the same arguments and waits for PING. */
+void h_dlockd_restart(struct h_dlockd *d);
+/* Prints the last nlines lines of its log to stderr. */
+void h_dlockd_log_tail(const struct h_dlockd *d, int nlines);
+/* Prints the tail of every running daemon's log (what failing assertions do). */
+void h_dump_logs(void);
+
+/* ---- clients, without assertions (safe in forked helper processes) */
+
+/* Connects to 127.0.0.1:port; NULL on failure. */
+struct h_conn *h_connect_try(int port);
+void h_close(struct h_conn *c);
+/* Sends the formatted text followed by "\n". Returns 0, or -1 when the connection is broken. */
+int h_send(struct h_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends bytes as they are. Returns 0 or -1. */
+int h_send_raw(struct h_conn *c, const void *data, size_t len);
+/*
+ * Line readers: each waits at most timeout_ms and returns NULL on timeout
+ * or when the server closed the connection (c->eof). Lines received but
+ * not taken stay queued, so an event skipped by h_reply() is still there
+ * for h_event() and the other way round. The returned line has no "\r\n"
+ * and stays valid until the next take on c.
+ */
+const char *h_line(struct h_conn *c, int timeout_ms);              /* next line of any kind */
+const char *h_reply(struct h_conn *c, int timeout_ms);             /* next line not starting with '*' */
+const char *h_reply_tag(struct h_conn *c, const char *tag, int timeout_ms); /* next "#tag ..." line */
+const char *h_event(struct h_conn *c, const char *pattern, int timeout_ms); /* first '*' line matching pattern */
+/* Sends a request and returns the next non-event line (h_reply). */
+const char *h_request(struct h_conn *c, int timeout_ms, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Waits until the server closes the connection; 1 when it did, 0 on timeout. Lines stay queued. */
+int h_wait_eof(struct h_conn *c, int timeout_ms);
+
+/*
+ * 1 when line matches pattern, else 0. Pattern characters match
+ * themselves except: %d one or more digits, %x one or more lower-case hex
+ * digits, %w one or more non-space characters, %* anything (also nothing),
+ * %% a '%'.
+ */
+int h_match(const char *line, const char *pattern);
+/* Copies the value of key=VALUE in a reply line to out. Returns 0, or -1 when absent or too long. */
+int h_kv(const char *line, const char *key, char *out, size_t cap);
+/* The value of key=N as a number; LLONG_MIN when absent or not a number. */
+long long h_kv_int(const char *line, const char *key);
+/* 1 when json (whitespace outside strings ignored) contains the compact text needle. */
+int h_json_has(const char *json, const char *needle);
+/* The number after "key": in json; LLONG_MIN when absent. */
+long long h_json_int(const char *json, const char *key);
+/* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
+int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms);
+
+/* ---- assertions: they fail the test with the caller's file and line and print the daemons' log tails */
+
+void h_fail_at(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+struct h_conn *h_connect_at(const char *file, int line, int port);
+struct h_conn *h_client_at(const char *file, int line, const struct h_dlockd *d, const char *hello_args);
+const char *h_req_at(const char *file, int line, struct h_conn *c, const char *pattern, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const char *h_reply_at(const char *file, int line, struct h_conn *c, const char *pattern, int timeout_ms);
+const char *h_event_at(const char *file, int line, struct h_conn *c, const char *pattern, int timeout_ms);
+void h_silent_at(const char *file, int line, struct h_conn *c, int ms);
+void h_eof_at(const char *file, int line, struct h_conn *c, int timeout_ms);
+long long h_kv_int_at(const char *file, int line, const char *reply, const char *key);
+
+#define H_FAIL(...) h_fail_at(__FILE__, __LINE__, __VA_ARGS__)
+/* Connects to port; fails the test when it cannot. */
+#define H_CONNECT(port) h_connect_at(__FILE__, __LINE__, (port))
+/* Connects to d and sends "HELLO hello_args" (may be ""); expects OK session=...; c->session is set. */
+#define H_CLIENT(d, hello_args) h_client_at(__FILE__, __LINE__, (d), (hello_args))
+/* Sends a request (printf-style) and expects the next non-event reply within H_TIMEOUT to match pattern. */
+#define H_REQ(c, pattern, ...) h_req_at(__FILE__, __LINE__, (c), (pattern), __VA_ARGS__)
+/* Expects the next non-event line within timeout_ms to match pattern. */
+#define H_REPLY(c, pattern, timeout_ms) h_reply_at(__FILE__, __LINE__, (c), (pattern), (timeout_ms))
+/* Expects an event line matching pattern within timeout_ms (other events are left queued). */
+#define H_EVENT(c, pattern, timeout_ms) h_event_at(__FILE__, __LINE__, (c), (pattern), (timeout_ms))
+/* Expects no non-event line for ms milliseconds. */
+#define H_SILENT(c, ms) h_silent_at(__FILE__, __LINE__, (c), (ms))
+/* Expects the server to close the connection within timeout_ms, with no further reply line before. */
+#define H_EOF(c, timeout_ms) h_eof_at(__FILE__, __LINE__, (c), (timeout_ms))
+/* The number after key= in a reply; fails the test when absent. */
+#define H_KV_INT(reply, key) h_kv_int_at(__FILE__, __LINE__, (reply), (key))
+
+#endif
