@@ -56,11 +56,11 @@ static void cmd_hello(struct req *r)
         }
         resumed = 1;
     }
+    session_touch(s);
     if (r->pr.has & PROTO_O_TTL)
-        s->ttl = session_clamp_ttl(r->d, r->pr.ttl_ms);
+        session_set_ttl(s, r->pr.ttl_ms);
     if (r->pr.has & PROTO_O_NAME)
         snprintf(s->name, sizeof(s->name), "%s", r->pr.client_name);
-    session_touch(s);
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_debug("c%llu: session %s '%s' ttl=%lld resumed=%d", (unsigned long long)c->id, s->id, s->name,
               (long long)s->ttl, resumed);

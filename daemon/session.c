@@ -63,6 +63,13 @@ void session_touch(struct session *s)
     s->last_seen = now_ms();
 }
 
+void session_set_ttl(struct session *s, int64_t ttl)
+{
+    s->ttl = session_clamp_ttl(s->d, ttl);
+    /* A longer ttl is caught up by on_expiry; a shorter one needs the deadline moved. */
+    deadline_arm(s->d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
+}
+
 void session_attach(struct session *s, struct conn *c)
 {
     if (s->conn && s->conn != c)

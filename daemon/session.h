@@ -32,6 +32,8 @@ struct session *session_find(struct dlockd *d, const char *id);
 int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
 /* Records a request: the session lives another ttl from now. */
 void session_touch(struct session *s);
+/* Sets the ttl (clamped), counted from the last request. */
+void session_set_ttl(struct session *s, int64_t ttl);
 /* Attaches s to c, detaching whatever c or s had. */
 void session_attach(struct session *s, struct conn *c);
 
