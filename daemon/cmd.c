@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "conn.h"
 #include "dict.h"
+#include "latch.h"
 #include "lock.h"
 #include "log.h"
 #include "session.h"
@@ -107,11 +108,6 @@ static void cmd_info(struct req *r)
     free(json);
 }
 
-static void cmd_later(struct req *r)
-{
-    req_err(r, PROTO_EUNKNOWN, "%s is not implemented yet", proto_verb_name(r->pr.verb));
-}
-
 static const struct cmd cmds[VERB_NVERBS] = {
     [VERB_HELLO] = { VERB_HELLO, CMD_PREAUTH, cmd_hello },
     [VERB_PING] = { VERB_PING, CMD_PREAUTH, cmd_ping },
@@ -119,11 +115,11 @@ static const struct cmd cmds[VERB_NVERBS] = {
     [VERB_AUTH] = { VERB_AUTH, CMD_PREAUTH, cmd_auth },
     [VERB_LOCK] = { VERB_LOCK, 0, lock_lock },
     [VERB_UNLOCK] = { VERB_UNLOCK, 0, lock_unlock },
-    [VERB_ACQUIRE] = { VERB_ACQUIRE, 0, cmd_later },
-    [VERB_RELEASE] = { VERB_RELEASE, 0, cmd_later },
-    [VERB_LATCH] = { VERB_LATCH, 0, cmd_later },
-    [VERB_COUNTDOWN] = { VERB_COUNTDOWN, 0, cmd_later },
-    [VERB_AWAIT] = { VERB_AWAIT, 0, cmd_later },
+    [VERB_ACQUIRE] = { VERB_ACQUIRE, 0, lock_acquire },
+    [VERB_RELEASE] = { VERB_RELEASE, 0, lock_release },
+    [VERB_LATCH] = { VERB_LATCH, 0, latch_create },
+    [VERB_COUNTDOWN] = { VERB_COUNTDOWN, 0, latch_countdown },
+    [VERB_AWAIT] = { VERB_AWAIT, 0, latch_await },
     [VERB_STATUS] = { VERB_STATUS, 0, lock_status },
     [VERB_INFO] = { VERB_INFO, 0, cmd_info },
 };

@@ -29,6 +29,7 @@ static const struct conf_key keys[] = {
     { "session-ttl-min", CONF_DURATION, F(session_ttl_min), "1s", 100, PROTO_DURATION_MAX },
     { "session-ttl-max", CONF_DURATION, F(session_ttl_max), "1h", 100, PROTO_DURATION_MAX },
     { "lock-lease", CONF_DURATION, F(lock_lease), "30s", 300, PROTO_DURATION_MAX },
+    { "lock-delay", CONF_DURATION, F(lock_delay), "0", 0, PROTO_DURATION_MAX },
     { "backend-timeout", CONF_DURATION, F(backend_timeout), "2s", 10, PROTO_DURATION_MAX },
     { "requirepass", CONF_STR, F(requirepass), NULL, 0, 0 },
     { "maxclients", CONF_INT, F(maxclients), "10000", 1, 1000000 },
@@ -86,7 +87,7 @@ static const struct conf_key *find_key(const char *name)
 static const char *set_value(struct config *cfg, const struct conf_key *k, const char *v)
 {
     void *field = (char *)cfg + k->offset;
-    int64_t n;
+    int64_t n = 0;
     char *end;
 
     switch (k->type) {

@@ -27,6 +27,7 @@ struct config {
     int64_t session_ttl_min;  /* ms */
     int64_t session_ttl_max;  /* ms */
     int64_t lock_lease;       /* ms: Redis-side lease of every hold */
+    int64_t lock_delay;       /* ms an expired session's holds stay unavailable */
     int64_t backend_timeout;  /* ms */
     char *requirepass;        /* client password, or NULL */
     int64_t maxclients;

@@ -13,7 +13,6 @@
 #include "cmd.h"
 #include "conn.h"
 #include "dict.h"
-#include "lock.h"
 #include "log.h"
 #include "session.h"
 
@@ -220,12 +219,16 @@ void conn_close_soon(struct conn *c, const char *reason)
 static void conn_free(struct conn *c, const char *reason)
 {
     struct dlockd *d = c->d;
-    struct req *r;
+    struct req *r, *next;
 
     if (reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
     c->closing = 1;
-    lock_conn_closed(c);
+    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (r->gone)
+            r->gone(r);
+    }
     while ((r = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, r, link);
         free(r);

@@ -12,7 +12,7 @@
 
 struct bufferevent;
 struct session;
-struct wait;
+struct idrec;
 
 /* One request from arrival to its reply. */
 struct req {
@@ -21,7 +21,9 @@ struct req {
     char sid[DLOCKD_ID_LEN + 1];      /* session at dispatch; look it up again after a wait */
     struct proto_req pr;              /* points into line */
     int untagged;
-    struct wait *wait;                /* set while the request waits in a queue */
+    void (*gone)(struct req *r);      /* called if the connection closes first */
+    void *ctx;                        /* the verb's state, for gone */
+    struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
     TAILQ_ENTRY(req) link;            /* in the connection's queued or running list */
     char line[];

@@ -31,6 +31,8 @@ struct dlockd {
     struct dict *sessions;      /* session id -> struct session */
     struct dict *holds;         /* hold key -> struct hold */
     struct dict *waits;         /* wid -> struct wait */
+    struct dict *names;         /* name -> struct lname: holds by name */
+    struct dict *latches;       /* name -> struct awaiters of a latch */
     struct conn_list conns;     /* open connections */
     int nconns;
     uint64_t next_wait;         /* numbers waits for their wid */

@@ -76,6 +76,8 @@ int main(int argc, char **argv)
     d.sessions = dict_new();
     d.holds = dict_new();
     d.waits = dict_new();
+    d.names = dict_new();
+    d.latches = dict_new();
     TAILQ_INIT(&d.conns);
     if (server_listen(&d))
         return 1;

@@ -12,7 +12,8 @@
 
 #include "conn.h"
 #include "dlockd.h"
-#include "lock.h"
+#include "latch.h"
+#include "wait.h"
 #include "log.h"
 #include "redis.h"
 #include "renew.h"
@@ -28,6 +29,7 @@ struct redis {
     int jeopardy;           /* sessions were told * JEOPARDY */
     int backoff;            /* ms before the next reconnect */
     struct event *reconnect;
+    char latch_channel[256]; /* where a latch that reaches 0 is announced */
 };
 
 struct redis_call {
@@ -144,10 +146,13 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         log_warnx("backend: %s: %s", scripts[call->id].name, r->str);
         r = NULL;
     }
-    if (!call->answered)
+    if (!call->answered) {
         call_answer(call, r);
-    else if (call->late)
+        if (r == NULL && call->late)
+            call->late(call->rd->d, NULL, call->arg);
+    } else if (call->late) {
         call->late(call->rd->d, r, call->arg);
+    }
     if (r && call->rd->jeopardy)
         renew_now(call->rd->d);
     call_free(call);
@@ -231,8 +236,12 @@ static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
     (void)ac;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
         return;
-    if (strcmp(r->element[0]->str, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING)
-        lock_on_message(rd->d, r->element[2]->str);
+    if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[1]->str, rd->latch_channel) == 0)
+        latch_on_message(rd->d, r->element[2]->str);
+    else
+        wait_on_message(rd->d, r->element[2]->str);
 }
 
 static void became_ready(struct redis *rd)
@@ -316,7 +325,8 @@ static void connect_link(struct redis *rd)
     for (int i = 0; i < SCRIPT_COUNT; i++)
         redisAsyncCommand(rd->ac, on_loaded, &scripts[i], "SCRIPT LOAD %s", scripts[i].body);
     snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
-    redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s", channel);
+    snprintf(rd->latch_channel, sizeof(rd->latch_channel), "%slatch", rd->d->cfg.key_prefix);
+    redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
 }
 
 static void on_reconnect(evutil_socket_t fd, short what, void *arg)

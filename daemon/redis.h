@@ -10,8 +10,10 @@ struct dlockd;
 
 /*
  * A script's result. r is NULL when Redis did not answer within
- * backend-timeout or the link is down: the call may still run later, and
- * then `late` (if given) gets the real reply. r is only valid during the call.
+ * backend-timeout or the link dropped: the call may have run, or may still
+ * run. Then `late`, when given, is called once more: with the real reply
+ * when it comes, or with NULL when the link drops first. r is only valid
+ * during the call.
  */
 typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
 

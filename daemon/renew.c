@@ -9,7 +9,8 @@
 
 #include "dict.h"
 #include "dlockd.h"
-#include "lock.h"
+#include "hold.h"
+#include "wait.h"
 #include "log.h"
 #include "redis.h"
 #include "renew.h"
@@ -54,9 +55,9 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
             if (k < 0 || k >= b->n)
                 continue;
             if (it->token[0] == '\0')
-                lock_wait_lapsed(d, it->ref);
+                wait_lapsed(d, it->ref);
             else if ((h = dict_get(d->holds, it->ref)) != NULL && strcmp(h->token, it->token) == 0)
-                lock_hold_lost(d, it->ref, "backend");
+                hold_lost(d, it->ref, "backend");
         }
         if (inflight == 0)
             redis_renewed(d->redis);
@@ -94,7 +95,7 @@ static void flush(struct cycle *cy)
 static void add(struct cycle *cy, const char *name, const char *member, int64_t lease, const char *ref,
                 const char *token)
 {
-    char keys[5][KEY_MAX];
+    char keys[NAME_KEYS][KEY_MAX];
     struct batch *b;
     int i;
 
@@ -102,7 +103,7 @@ static void add(struct cycle *cy, const char *name, const char *member, int64_t 
         fatalx("renew: out of memory");
     b = cy->b;
     i = b->n++;
-    lock_keys(cy->d, name, keys);
+    hold_keys(cy->d, name, keys);
     memcpy(b->keys[i], keys[1], KEY_MAX);
     snprintf(b->members[i], sizeof(b->members[i]), "%s", member);
     snprintf(b->leases[i], sizeof(b->leases[i]), "%lld", (long long)lease);
@@ -138,7 +139,8 @@ static int add_wait(const char *key, void *val, void *arg)
     if (!w->queued || w->cancelling)
         return 0;
     snprintf(member, sizeof(member), "@%s", w->wid);
-    add(cy, w->name, member, cy->d->cfg.lock_lease * 2 / 3, key, "");
+    for (int i = 0; i < w->nnames; i++)
+        add(cy, w->names[i], member, cy->d->cfg.lock_lease * 2 / 3, key, "");
     return 0;
 }
 

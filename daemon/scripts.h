@@ -3,7 +3,9 @@
 #define DLOCKD_SCRIPTS_H
 
 enum script_id {
+    SCRIPT_ACQUIRE,
     SCRIPT_CANCEL,
+    SCRIPT_LATCH,
     SCRIPT_LOCK,
     SCRIPT_POKE,
     SCRIPT_RENEW,

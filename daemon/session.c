@@ -6,7 +6,8 @@
 
 #include "conn.h"
 #include "dict.h"
-#include "lock.h"
+#include "hold.h"
+#include "wait.h"
 #include "log.h"
 #include "session.h"
 
@@ -90,7 +91,8 @@ void session_end(struct session *s, enum session_end why)
         if (!TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
             log_info("s%s: session '%s' expired", s->id, s->name);
     }
-    lock_session_end(s, why == SESSION_EXPIRED ? "expired" : NULL);
+    wait_abandon_session(s);
+    hold_release_session(s, why == SESSION_EXPIRED);
     deadline_cancel(d->deadlines, &s->expiry);
     dict_del(d->sessions, s->id);
     if (c) {

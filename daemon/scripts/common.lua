@@ -1,17 +1,30 @@
--- common.lua: the lock data model, prepended to every lock script at build time.
+-- common.lua: the data model of locks and semaphores, prepended to every
+-- script but renew.lua at build time.
 --
--- KEYS of one name (all share the hash tag {name}):
---   1 holds    hash   hid -> "count token since lease bounded daemon wid client"
---   2 expiry   zset   hid or "@"..wid -> Redis time (ms) when its lease ends
---   3 queue    zset   wid -> arrival number (FIFO order)
---   4 waiters  hash   wid -> "hid lease bounded client"; field "#seq" = last arrival number
---   5 token    string last fencing token granted for the name
--- ARGV[1] is the key prefix (channel prefix), ARGV[2] the calling daemon's id.
--- hid = mode ("x" or "s") .. session id (16 hex) .. ":" .. owner.
--- wid = daemon id .. "." .. sequence: the daemon of a waiter is the part before the dot.
+-- ARGV: 1 key prefix, 2 calling daemon's id, 3 number of names N,
+-- 4..3+N the names, then the script's own arguments from ARGV[A].
+-- KEYS: the keys below of every name, in order (declared; the scripts
+-- derive them from the names).
+--
+-- Keys of a name, all sharing the hash tag {name}:
+--   h  hash   hid -> "count token since lease bounded daemon wid client"
+--   x  zset   hid or "@"..wid -> Redis time (ms) at which its lease ends
+--   q  zset   wid -> arrival number (FIFO order)
+--   w  hash   wid -> "hid k lease bounded client name..."; "#seq" = last arrival
+--   t  string last fencing token of the name
+--   m  hash   semaphore: limit (its presence makes the name a semaphore)
+--   l  string latch: its count
+-- hid = mode .. session id (16 hex) .. ":" .. owner, mode x (exclusive),
+-- s (shared) or p (semaphore permits; count = permits held).
+-- wid = daemon id .. "." .. sequence. A hold whose daemon is "-" belongs to
+-- an expired session kept for lock-delay.
 
-local K_HOLDS, K_EXP, K_QUEUE, K_WAIT, K_TOKEN = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local PREFIX, DAEMON = ARGV[1], ARGV[2]
+local NAMES = {}
+for i = 1, tonumber(ARGV[3]) do
+    NAMES[i] = ARGV[3 + i]
+end
+local A = 4 + #NAMES
 
 local time = redis.call('TIME')
 local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -22,6 +35,14 @@ local TOKEN_KEEP_MS = 7 * 24 * 3600 * 1000
 
 local function num(n)
     return string.format('%.0f', n)
+end
+
+local function words(s)
+    local out = {}
+    for w in string.gmatch(s, '%S+') do
+        table.insert(out, w)
+    end
+    return out
 end
 
 local function hold_decode(v)
@@ -37,121 +58,183 @@ local function hold_encode(h)
 end
 
 local function waiter_decode(v)
-    local hid, lease, bounded, client = string.match(v, '^(%S+) (%d+) (%d) (.*)$')
-    return { hid = hid, lease = tonumber(lease), bounded = bounded, client = client }
+    local hid, k, lease, bounded, client, names = string.match(v, '^(%S+) (%d+) (%d+) (%d) (%S+) (.*)$')
+    return { hid = hid, k = tonumber(k), lease = tonumber(lease), bounded = bounded, client = client,
+             names = words(names) }
 end
 
 local function waiter_daemon(wid)
     return string.match(wid, '^([^.]+)')
 end
 
--- Set when a script took waiters out of the queue (see reply).
-local QUEUE_CHANGED = false
-
--- Drops every hold and waiter whose lease has run out.
-local function purge()
-    local dead = redis.call('ZRANGEBYSCORE', K_EXP, '-inf', NOW)
+-- Drops every hold and waiter of s whose lease has run out.
+local function purge(s)
+    local dead = redis.call('ZRANGEBYSCORE', s.x, '-inf', NOW)
     for _, m in ipairs(dead) do
         if string.sub(m, 1, 1) == '@' then
             local wid = string.sub(m, 2)
-            redis.call('ZREM', K_QUEUE, wid)
-            redis.call('HDEL', K_WAIT, wid)
-            QUEUE_CHANGED = true
+            redis.call('ZREM', s.q, wid)
+            redis.call('HDEL', s.w, wid)
+            s.qchanged = true
         else
-            redis.call('HDEL', K_HOLDS, m)
+            redis.call('HDEL', s.h, m)
+            s.hchanged = true
         end
     end
     if #dead > 0 then
-        redis.call('ZREMRANGEBYSCORE', K_EXP, '-inf', NOW)
+        redis.call('ZREMRANGEBYSCORE', s.x, '-inf', NOW)
     end
 end
 
--- Looks at the holds for hid: returns the first hold that keeps it from being
--- granted (field, value, or nil) and whether the same session and owner hold
--- the name in any mode. Holds of the same session and owner never conflict
--- (reentry, upgrade, downgrade).
-local function inspect(hid)
+-- The state of a name: its keys, purged once per script.
+local STATES, ORDER = {}, {}
+local function state(name)
+    local s = STATES[name]
+    if s == nil then
+        local b = PREFIX .. '{' .. name .. '}:'
+        s = { name = name, h = b .. 'h', x = b .. 'x', q = b .. 'q', w = b .. 'w', t = b .. 't',
+              m = b .. 'm', l = b .. 'l' }
+        STATES[name] = s
+        table.insert(ORDER, s)
+        purge(s)
+    end
+    return s
+end
+
+-- Looks at the holds of s for a request of hid for k: returns the first hold
+-- that keeps it from being granted (field, value; nil when none), whether
+-- the same session and owner hold s in any mode, and the free permits of a
+-- semaphore. Holds of the same session and owner never conflict (reentry,
+-- upgrade, downgrade); permits conflict only by number.
+local function inspect(s, hid, k)
     local who, mode = string.sub(hid, 2), string.sub(hid, 1, 1)
-    local all = redis.call('HGETALL', K_HOLDS)
+    local all = redis.call('HGETALL', s.h)
     local own = false
+    if mode == 'p' then
+        local used = 0
+        for i = 1, #all, 2 do
+            used = used + hold_decode(all[i + 1]).count
+            own = own or string.sub(all[i], 2) == who
+        end
+        local free = tonumber(redis.call('HGET', s.m, 'limit') or '0') - used
+        if k > free then
+            return all[1] or '', all[2], own, free
+        end
+        return nil, nil, own, free
+    end
     for i = 1, #all, 2 do
         local f = all[i]
         if string.sub(f, 2) == who then
             own = true
         elseif mode == 'x' or string.sub(f, 1, 1) == 'x' then
-            return f, all[i + 1], own
+            return f, all[i + 1], own, 0
         end
     end
-    return nil, nil, own
+    return nil, nil, own, 0
 end
 
--- Grants hid (or re-enters it). Returns token, count.
-local function grant(hid, expiry, lease, bounded, daemon, wid, client)
-    local v = redis.call('HGET', K_HOLDS, hid)
+-- Grants hid k more counts on s (a new hold, or reentry). Returns token, count.
+local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+    local v = redis.call('HGET', s.h, hid)
     if v then
         local h = hold_decode(v)
-        h.count = h.count + 1
-        redis.call('HSET', K_HOLDS, hid, hold_encode(h))
+        h.count = h.count + k
+        redis.call('HSET', s.h, hid, hold_encode(h))
         return h.token, h.count
     end
-    local last = tonumber(redis.call('GET', K_TOKEN) or '0')
+    local last = tonumber(redis.call('GET', s.t) or '0')
     local token = num(math.max(last + 1, NOW_US))
-    redis.call('SET', K_TOKEN, token, 'PX', TOKEN_KEEP_MS)
-    redis.call('HSET', K_HOLDS, hid, hold_encode({ count = 1, token = token, since = NOW,
-        lease = lease, bounded = bounded, daemon = daemon, wid = wid, client = client }))
-    redis.call('ZADD', K_EXP, expiry, hid)
-    return token, 1
+    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
+    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
+        bounded = bounded, daemon = daemon, wid = wid, client = client }))
+    redis.call('ZADD', s.x, expiry, hid)
+    return token, k
 end
 
--- Grants waiters from the head of the queue while they fit, in FIFO order:
--- the first one that does not fit holds back everyone behind it. Appends
--- wid, token, count of each grant to out; tells other daemons by pub/sub.
-local function advance(out)
+-- Grants made by this script: wid, tokens, counts (comma-joined per name) and
+-- the free permits after it (semaphores; 0 for locks) of each.
+local GRANTS = {}
+
+local function dequeue(s, wid)
+    redis.call('ZREM', s.q, wid)
+    redis.call('HDEL', s.w, wid)
+    redis.call('ZREM', s.x, '@' .. wid)
+    s.qchanged = true
+end
+
+-- Grants waiter wid on every state of group, and tells its daemon.
+local function grant_waiter(wid, w, group)
+    local tokens, counts, daemon = {}, {}, waiter_daemon(wid)
+    for i, s in ipairs(group) do
+        local expiry = tonumber(redis.call('ZSCORE', s.x, '@' .. wid)) or (NOW + w.lease)
+        if w.bounded == '1' then
+            expiry = math.min(expiry, NOW + w.lease)
+        end
+        dequeue(s, wid)
+        tokens[i], counts[i] = grant(s, w.hid, w.k, expiry, w.lease, w.bounded, daemon, wid, w.client)
+    end
+    local t, c, free = table.concat(tokens, ','), table.concat(counts, ','), 0
+    if string.sub(w.hid, 1, 1) == 'p' then
+        free = select(4, inspect(group[1], w.hid, 0))
+    end
+    for _, f in ipairs({ wid, t, c, free }) do
+        table.insert(GRANTS, f)
+    end
+    if daemon ~= DAEMON then
+        redis.call('PUBLISH', PREFIX .. daemon, table.concat({ 'G', wid, t, c, free }, ' '))
+    end
+end
+
+-- Grants waiters from the head of s's queue while they fit, in FIFO order:
+-- the first that does not fit holds back everyone behind it. A waiter for
+-- several names must be at the head of each of their queues and fit in each.
+local function advance(s)
     while true do
-        local head = redis.call('ZRANGE', K_QUEUE, 0, 0)
+        local head = redis.call('ZRANGE', s.q, 0, 0)
         if #head == 0 then
             return
         end
         local wid = head[1]
-        local w = waiter_decode(redis.call('HGET', K_WAIT, wid))
-        if inspect(w.hid) then
-            return
+        local w = waiter_decode(redis.call('HGET', s.w, wid))
+        local group = {}
+        for i, name in ipairs(w.names) do
+            local t = state(name)
+            if t ~= s and redis.call('ZRANGE', t.q, 0, 0)[1] ~= wid then
+                return
+            end
+            if inspect(t, w.hid, w.k) then
+                return
+            end
+            group[i] = t
         end
-        local expiry = tonumber(redis.call('ZSCORE', K_EXP, '@' .. wid)) or NOW
-        if w.bounded == '1' then
-            expiry = math.min(expiry, NOW + w.lease)
-        end
-        redis.call('ZREM', K_QUEUE, wid)
-        redis.call('HDEL', K_WAIT, wid)
-        redis.call('ZREM', K_EXP, '@' .. wid)
-        QUEUE_CHANGED = true
-        local daemon = waiter_daemon(wid)
-        local token, count = grant(w.hid, expiry, w.lease, w.bounded, daemon, wid, w.client)
-        table.insert(out, wid)
-        table.insert(out, token)
-        table.insert(out, count)
-        if daemon ~= DAEMON then
-            redis.call('PUBLISH', PREFIX .. daemon, wid .. ' ' .. token .. ' ' .. count)
+        grant_waiter(wid, w, group)
+        for _, t in ipairs(group) do
+            if t ~= s then
+                advance(t)
+            end
         end
     end
 end
 
--- Milliseconds until the earliest lease of another daemon's hold or waiter
--- on this name runs out (when a waiter here may have to try again), or -1.
-local function retry_after()
+-- Milliseconds until the earliest lease on these names that no one here
+-- will release runs out: another daemon's hold or waiter, or an expired
+-- session's hold kept for lock-delay. -1 when there is none.
+local function retry_after(list)
     local best = nil
-    local all = redis.call('ZRANGE', K_EXP, 0, -1, 'WITHSCORES')
-    for i = 1, #all, 2 do
-        local m, score = all[i], tonumber(all[i + 1])
-        local daemon
-        if string.sub(m, 1, 1) == '@' then
-            daemon = waiter_daemon(string.sub(m, 2))
-        else
-            local v = redis.call('HGET', K_HOLDS, m)
-            daemon = v and hold_decode(v).daemon
-        end
-        if daemon and daemon ~= DAEMON and (best == nil or score < best) then
-            best = score
+    for _, s in ipairs(list) do
+        local all = redis.call('ZRANGE', s.x, 0, -1, 'WITHSCORES')
+        for i = 1, #all, 2 do
+            local m, score = all[i], tonumber(all[i + 1])
+            local daemon
+            if string.sub(m, 1, 1) == '@' then
+                daemon = waiter_daemon(string.sub(m, 2))
+            else
+                local v = redis.call('HGET', s.h, m)
+                daemon = v and hold_decode(v).daemon
+            end
+            if daemon and daemon ~= DAEMON and (best == nil or score < best) then
+                best = score
+            end
         end
     end
     if best == nil then
@@ -160,23 +243,49 @@ local function retry_after()
     return math.max(best - NOW, 0)
 end
 
--- Every script on a name starts by purging and advancing its queue.
-local GRANTS = {}
-purge()
-advance(GRANTS)
+-- The states of the request's names, purged and advanced.
+local S = {}
+for i, name in ipairs(NAMES) do
+    S[i] = state(name)
+end
+for _, s in ipairs(S) do
+    advance(s)
+end
 
--- A script's reply: status, the number of grants, wid token count of each
--- grant, then the script's own fields. An empty queue leaves no waiter hash.
+-- A script's reply: status, the number of grants, wid tokens counts free of
+-- each grant, then the script's own fields. Leaves no empty waiter hash behind, and
+-- no semaphore limit once nobody holds or waits.
 local function reply(status, ...)
-    local r = { status, #GRANTS / 3 }
+    local r = { status, #GRANTS / 4 }
     for _, g in ipairs(GRANTS) do
         table.insert(r, g)
     end
     for _, f in ipairs({ ... }) do
         table.insert(r, f)
     end
-    if QUEUE_CHANGED and redis.call('ZCARD', K_QUEUE) == 0 then
-        redis.call('DEL', K_WAIT)
+    for _, s in ipairs(ORDER) do
+        if s.qchanged and redis.call('EXISTS', s.q) == 0 then
+            redis.call('DEL', s.w)
+        end
+        if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
+            redis.call('DEL', s.m)
+        end
     end
     return r
+end
+
+-- Publishes to the daemon of every waiter of s that a lease on s ends in ms.
+local function tell_waiters(s, ms)
+    local told = {}
+    for _, wid in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
+        local daemon = waiter_daemon(wid)
+        if not told[daemon] then
+            told[daemon] = true
+            redis.call('PUBLISH', PREFIX .. daemon, 'R ' .. s.name .. ' ' .. ms)
+        end
+    end
+end
+
+local function join(list)
+    return table.concat(list, ',')
 end

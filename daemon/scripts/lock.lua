@@ -1,42 +1,82 @@
--- lock.lua: grants, re-enters, refuses or queues one request for a lock.
--- ARGV: 3 hid, 4 client name, 5 wid, 6 wait (1 to queue), 7 Redis lease of a
--- grant now (ms), 8 lease recorded with the hold, 9 bounded (1 with lease=),
--- 10 lease of the queue entry (ms).
--- Reply fields: OK token count | BUSY holder ttl | WAIT retry-ms.
-local hid, client, wid = ARGV[3], ARGV[4], ARGV[5]
-local wait, ttl, lease, bounded, qttl =
-    ARGV[6] == '1', tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], tonumber(ARGV[10])
+-- lock.lua: grants, re-enters, refuses or queues a LOCK of one or more names,
+-- all or nothing.
+-- ARGV from A: session:owner, mode (x or s), client name, wid, wait (1 to
+-- queue), Redis lease of a grant now (ms), lease recorded with the hold,
+-- bounded (1 with lease=), lease of the queue entries (ms).
+-- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
+-- WRONGTYPE name | DEADLOCK.
+local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
+local wait, ttl, lease, bounded, qttl = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]),
+    ARGV[A + 7], tonumber(ARGV[A + 8])
+local hid = mode .. who
 
-if wait and redis.call('ZSCORE', K_QUEUE, wid) then
-    return reply('WAIT', retry_after())
+for _, s in ipairs(S) do
+    if redis.call('EXISTS', s.l, s.m) > 0 then
+        return reply('WRONGTYPE', s.name)
+    end
 end
--- Reentry, downgrade and an upgrade nobody blocks skip the queue; others
--- are granted only when nobody waits.
-local f, v, own = inspect(hid)
-if not f and (own or redis.call('EXISTS', K_QUEUE) == 0) then
-    local token, count = grant(hid, NOW + ttl, lease, bounded, DAEMON, wid, client)
-    return reply('OK', token, count)
+if wait and redis.call('ZSCORE', S[1].q, wid) then
+    return reply('WAIT', retry_after(S))
+end
+
+-- Reentry, downgrade and an upgrade nobody blocks skip the queue; others are
+-- granted only where nobody waits.
+local bf, bv
+for _, s in ipairs(S) do
+    local f, v, own = inspect(s, hid, 1)
+    if f or (not own and redis.call('EXISTS', s.q) == 1) then
+        if not f then
+            local all = redis.call('HGETALL', s.h)
+            f, v = all[1], all[2]
+        end
+        bf, bv = f or '', v
+        break
+    end
+end
+if bf == nil then
+    local tokens, counts = {}, {}
+    for i, s in ipairs(S) do
+        tokens[i], counts[i] = grant(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client)
+    end
+    return reply('OK', join(tokens), join(counts), 0)
 end
 
 if not wait then
-    if not f then
-        local all = redis.call('HGETALL', K_HOLDS)
-        f, v = all[1], all[2]
-    end
     local holder, left = '-', 0
-    if f then
-        local h = hold_decode(v)
-        left = math.max((tonumber(redis.call('ZSCORE', K_EXP, f)) or NOW) - NOW, 0)
+    if bv then
+        local h = hold_decode(bv)
+        for _, s in ipairs(S) do
+            local score = redis.call('ZSCORE', s.x, bf)
+            if score then
+                left = math.max(tonumber(score) - NOW, 0)
+                break
+            end
+        end
         -- A live daemon renews every lease/3: a hold past that is presumed orphaned.
-        if h.bounded == '1' or left >= h.lease / 3 then
+        if h.daemon ~= '-' and (h.bounded == '1' or left >= h.lease / 3) then
             holder = h.client
         end
     end
     return reply('BUSY', holder, left)
 end
 
-local seq = redis.call('HINCRBY', K_WAIT, '#seq', 1)
-redis.call('ZADD', K_QUEUE, seq, wid)
-redis.call('HSET', K_WAIT, wid, table.concat({ hid, lease, bounded, client }, ' '))
-redis.call('ZADD', K_EXP, NOW + qttl, '@' .. wid)
-return reply('WAIT', retry_after())
+-- Two owners that hold a name shared and both wait to upgrade can never be granted.
+if mode == 'x' and redis.call('HEXISTS', S[1].h, 's' .. who) == 1 then
+    for _, s in ipairs(S) do
+        for _, other in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
+            local w = waiter_decode(redis.call('HGET', s.w, other))
+            if string.sub(w.hid, 1, 1) == 'x' and redis.call('HEXISTS', s.h, 's' .. string.sub(w.hid, 2)) == 1 then
+                return reply('DEADLOCK')
+            end
+        end
+    end
+end
+
+local entry = table.concat({ hid, 1, lease, bounded, client, table.concat(NAMES, ' ') }, ' ')
+for _, s in ipairs(S) do
+    local seq = redis.call('HINCRBY', s.w, '#seq', 1)
+    redis.call('ZADD', s.q, seq, wid)
+    redis.call('HSET', s.w, wid, entry)
+    redis.call('ZADD', s.x, NOW + qttl, '@' .. wid)
+end
+return reply('WAIT', retry_after(S))

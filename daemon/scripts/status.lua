@@ -1,7 +1,24 @@
--- status.lua: who holds a lock and how many wait.
--- Reply fields: OK waiters, then hid client count token held-ms for each hold.
-local out = { redis.call('ZCARD', K_QUEUE) }
-local all = redis.call('HGETALL', K_HOLDS)
+-- status.lua: what a name is, who holds it and how many wait.
+-- Reply fields: OK type waiters limit free latch-count, then hid client count
+-- token held-ms for each hold.
+local s = S[1]
+local latch = redis.call('GET', s.l)
+if latch then
+    return reply('OK', 'latch', 0, 0, 0, latch)
+end
+local kind = ''
+local limit = redis.call('HGET', s.m, 'limit')
+if limit then
+    kind = 'semaphore'
+elseif redis.call('EXISTS', s.h, s.q) > 0 then
+    kind = 'lock'
+end
+local free = 0
+if limit then
+    free = select(4, inspect(s, 'p', 0))
+end
+local out = { kind, redis.call('ZCARD', s.q), limit or 0, free, 0 }
+local all = redis.call('HGETALL', s.h)
 for i = 1, #all, 2 do
     local h = hold_decode(all[i + 1])
     for _, f in ipairs({ all[i], h.client, h.count, h.token, NOW - h.since }) do

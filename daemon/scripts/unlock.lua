@@ -1,27 +1,52 @@
--- unlock.lua: drops one count (or all counts) of a hold and hands the name on.
--- ARGV: 3 session:owner, 4 mode (x, s, or empty: exclusive if held, else
--- shared), 5 all (1 drops every count), 6 token (empty, or the hold must have it).
--- Reply fields: OK remaining-count mode token | NOTHELD.
-local who, mode, all, token = ARGV[3], ARGV[4], ARGV[5] == '1', ARGV[6]
+-- unlock.lua: drops counts of holds on one or more names, all or nothing,
+-- and hands every name on. Also returns semaphore permits (mode p).
+-- ARGV from A: session:owner, mode (x, s, p, or empty: exclusive if held,
+-- else shared), all (1 drops every count), token (empty, or the hold must
+-- have it), counts to drop (permits), lock-delay in ms (0: release now; else
+-- the hold stays, ownerless, that long).
+-- Reply fields: OK counts modes free | NOTHELD name.
+local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
+local k, delay = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5])
 
-if mode == '' then
-    mode = redis.call('HEXISTS', K_HOLDS, 'x' .. who) == 1 and 'x' or 's'
+local hids, holds, modes = {}, {}, {}
+for i, s in ipairs(S) do
+    local m = mode
+    if m == '' then
+        m = redis.call('HEXISTS', s.h, 'x' .. who) == 1 and 'x' or 's'
+    end
+    local v = redis.call('HGET', s.h, m .. who)
+    if not v then
+        return reply('NOTHELD', s.name)
+    end
+    local h = hold_decode(v)
+    if (token ~= '' and h.token ~= token) or (not all and k > h.count) then
+        return reply('NOTHELD', s.name)
+    end
+    hids[i], holds[i], modes[i] = m .. who, h, m
 end
-local hid = mode .. who
-local v = redis.call('HGET', K_HOLDS, hid)
-if not v then
-    return reply('NOTHELD')
+
+local counts = {}
+for i, s in ipairs(S) do
+    local h = holds[i]
+    h.count = all and 0 or h.count - k
+    if h.count > 0 then
+        redis.call('HSET', s.h, hids[i], hold_encode(h))
+    elseif delay > 0 then
+        h.daemon, h.count = '-', 1
+        redis.call('HSET', s.h, hids[i], hold_encode(h))
+        redis.call('ZADD', s.x, NOW + delay, hids[i])
+        tell_waiters(s, delay)
+        h.count = 0
+    else
+        redis.call('HDEL', s.h, hids[i])
+        redis.call('ZREM', s.x, hids[i])
+        s.hchanged = true
+    end
+    counts[i] = h.count
+    advance(s)
 end
-local h = hold_decode(v)
-if token ~= '' and h.token ~= token then
-    return reply('NOTHELD')
+local free = 0
+if modes[1] == 'p' then
+    free = select(4, inspect(S[1], 'p' .. who, 0))
 end
-if all or h.count <= 1 then
-    redis.call('HDEL', K_HOLDS, hid)
-    redis.call('ZREM', K_EXP, hid)
-    advance(GRANTS)
-    return reply('OK', 0, mode, h.token)
-end
-h.count = h.count - 1
-redis.call('HSET', K_HOLDS, hid, hold_encode(h))
-return reply('OK', h.count, mode, h.token)
+return reply('OK', join(counts), join(modes), free)

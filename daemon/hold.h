@@ -1,0 +1,74 @@
+/* hold.h - the local view of the holds of this daemon's sessions, in step with Redis. */
+#ifndef DLOCKD_HOLD_H
+#define DLOCKD_HOLD_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "deadline.h"
+#include "proto.h"
+#include "redis.h"
+
+struct dlockd;
+struct session;
+
+#define HID_MAX (1 + 16 + 1 + PROTO_STR_MAX) /* mode, session, ':', owner */
+#define HOLD_KEY_MAX (PROTO_NAME_MAX + HID_MAX + 8)
+#define KEY_MAX (PROTO_NAME_MAX + 64)
+#define NAME_KEYS 7 /* Redis keys of one name, see scripts/common.lua */
+
+/* A hold of a session and owner on a name in one mode (x, s, or p for permits). */
+struct hold {
+    struct session *s;
+    struct lname *ln;         /* the holds of this name on this daemon */
+    char key[HOLD_KEY_MAX];   /* name "\n" hid: key in d->holds */
+    char name[PROTO_NAME_MAX + 1];
+    char hid[HID_MAX + 1];    /* mode, session id, ':', owner */
+    char token[24];
+    long long count;          /* reentry count, or permits */
+    uint64_t since;           /* monotonic ms */
+    uint64_t lease_end;       /* monotonic ms; 0 without lease= */
+    struct deadline lease_dl; /* fires at lease_end */
+    TAILQ_ENTRY(hold) in_session;
+    TAILQ_ENTRY(hold) in_name;
+};
+
+/* The holds of one name on this daemon (for the wait-for graph). */
+struct lname {
+    TAILQ_HEAD(, hold) holds;
+    char name[PROTO_NAME_MAX + 1];
+};
+
+/*
+ * Runs a script on names: KEYS are their keys, ARGV the prefix, this
+ * daemon's id, the names and then args. Returns redis_script's result.
+ */
+int hold_script(struct dlockd *d, enum script_id id, int nnames, const char *const *names, int nargs,
+                const char **args, redis_cb *cb, redis_cb *late, void *arg);
+/* Fills keys with the NAME_KEYS keys of name. */
+void hold_keys(struct dlockd *d, const char *name, char keys[NAME_KEYS][KEY_MAX]);
+
+/* Records a grant: a new hold, or a new count of one. */
+void hold_set(struct session *s, const char *name, const char *hid, const char *token, long long count,
+              int64_t lease);
+struct hold *hold_find(struct dlockd *d, const char *name, const char *hid);
+/* Forgets h locally (Redis is not told). */
+void hold_remove(struct dlockd *d, struct hold *h);
+/* Sets a hold's count from Redis's answer; 0 forgets it. */
+void hold_count(struct dlockd *d, const char *name, const char *hid, long long count);
+/* The renewal found the hold gone from Redis: tells its session * LOST. */
+void hold_lost(struct dlockd *d, const char *key, const char *reason);
+/* The holds on name here, or NULL. */
+struct lname *hold_name(struct dlockd *d, const char *name);
+
+/*
+ * Drops a hold in Redis and hands the name on, with nobody to answer:
+ * every count when all, else k counts; token "" skips the token check.
+ * With delay > 0 the hold stays, ownerless, that long (lock-delay).
+ */
+void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
+                  int64_t delay);
+/* Releases every hold of s (forgetting them), with lock-delay when it expired. */
+void hold_release_session(struct session *s, int expired);
+
+#endif

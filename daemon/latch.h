@@ -1,0 +1,14 @@
+/* latch.h - count-down latches: LATCH, COUNTDOWN, AWAIT. */
+#ifndef DLOCKD_LATCH_H
+#define DLOCKD_LATCH_H
+
+struct dlockd;
+struct req;
+
+void latch_create(struct req *r);
+void latch_countdown(struct req *r);
+void latch_await(struct req *r);
+/* A latch reached 0 (announced on the latch channel): its awaiters here are released. */
+void latch_on_message(struct dlockd *d, const char *name);
+
+#endif

@@ -1,0 +1,452 @@
+/* wait.c - LOCK and ACQUIRE requests in flight. Redis grants, refuses or
+ * queues each in one script; a queued one is granted by whichever script
+ * frees the name (from its result here, or by pub/sub from another daemon),
+ * and a grant that finds nobody waiting any more is undone. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "dict.h"
+#include "dlockd.h"
+#include "log.h"
+#include "redis.h"
+#include "session.h"
+#include "wait.h"
+
+static void wait_cancel(struct wait *w);
+
+static char *wid_copy(const struct wait *w)
+{
+    char *wid = strdup(w->wid);
+
+    if (wid == NULL)
+        fatalx("wait: out of memory");
+    return wid;
+}
+
+static void wait_free(struct wait *w)
+{
+    struct dlockd *d = w->d;
+
+    dict_del(d->waits, w->wid);
+    if (w->s)
+        TAILQ_REMOVE(&w->s->waits, w, in_session);
+    if (w->req)
+        w->req->gone = NULL;
+    deadline_cancel(d->deadlines, &w->timeout);
+    deadline_cancel(d->deadlines, &w->retry);
+    for (int i = 0; i < w->nnames; i++)
+        free(w->names[i]);
+    free(w);
+}
+
+/* Detaches the request: nobody is to be answered any more. */
+static struct req *wait_take_req(struct wait *w)
+{
+    struct req *r = w->req;
+
+    w->req = NULL;
+    if (r)
+        r->gone = NULL;
+    return r;
+}
+
+/* Splits "a,b,c" into at most max parts, in place. Returns the count. */
+static int split(char *s, char **out, int max)
+{
+    int n = 0;
+
+    for (char *p = strtok(s, ","); p && n < max; p = strtok(NULL, ","))
+        out[n++] = p;
+    return n;
+}
+
+/* Answers w's request with its grant, or undoes the grant if nobody waits. */
+static void wait_granted(struct wait *w, const char *tokens, const char *counts, const char *free_permits)
+{
+    struct dlockd *d = w->d;
+    struct req *r = wait_take_req(w);
+    struct session *s = r ? req_session(r) : NULL;
+    char tbuf[PROTO_MAX_NAMES * 24], cbuf[PROTO_MAX_NAMES * 24], *tok[PROTO_MAX_NAMES], *cnt[PROTO_MAX_NAMES];
+    int nt, nc;
+
+    snprintf(tbuf, sizeof(tbuf), "%s", tokens);
+    snprintf(cbuf, sizeof(cbuf), "%s", counts);
+    nt = split(tbuf, tok, PROTO_MAX_NAMES);
+    nc = split(cbuf, cnt, PROTO_MAX_NAMES);
+    if (nt != w->nnames || nc != w->nnames) {
+        log_warnx("wait %s: grant for %d names, expected %d", w->wid, nt, w->nnames);
+        nt = nc = 0;
+    }
+    for (int i = 0; i < nt; i++) {
+        long long count = atoll(cnt[i]);
+        if (r == NULL || r->c == NULL || s == NULL)
+            hold_release(d, w->names[i], w->hid, tok[i], count <= w->k, w->k, 0);
+        else
+            hold_set(s, w->names[i], w->hid, tok[i], count, w->lease);
+    }
+    if (r == NULL || r->c == NULL || s == NULL) {
+        log_debug("wait %s: granted after its request was gone: undone", w->wid);
+        if (r)
+            req_drop(r);
+    } else {
+        d->stats.grants++;
+        if (w->kind == WAIT_SEM)
+            req_reply(r, "OK", "token=%s held=%s free=%s", tokens, counts, free_permits);
+        else if (w->nnames > 1)
+            req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
+        else
+            req_reply(r, "OK", "token=%s count=%s", tokens, counts);
+    }
+    wait_free(w);
+}
+
+size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
+{
+    long long n = redis_elem_int(rep, 1);
+    char buf[32], wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
+
+    if (n < 0)
+        n = 0;
+    for (long long i = 0; i < n; i++) {
+        size_t at = (size_t)(2 + 4 * i);
+        struct wait *w;
+        snprintf(wid, sizeof(wid), "%s", redis_elem(rep, at, buf, sizeof(buf)));
+        if ((w = dict_get(d->waits, wid)) == NULL)
+            continue;
+        snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, at + 1, buf, sizeof(buf)));
+        snprintf(counts, sizeof(counts), "%s", redis_elem(rep, at + 2, buf, sizeof(buf)));
+        snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, at + 3, buf, sizeof(buf)));
+        wait_granted(w, tokens, counts, free_permits);
+    }
+    return (size_t)(2 + 4 * n);
+}
+
+static void arm_retry(struct wait *w, long long ms)
+{
+    if (ms >= 0)
+        deadline_arm(w->d->deadlines, &w->retry, now_ms() + (uint64_t)ms + 1);
+}
+
+static int has_name(const struct wait *w, const char *name)
+{
+    for (int i = 0; i < w->nnames; i++)
+        if (strcmp(w->names[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+struct lease_end {
+    const char *name;
+    long long ms;
+};
+
+static int arm_if_on(const char *key, void *val, void *arg)
+{
+    struct wait *w = val;
+    struct lease_end *le = arg;
+
+    (void)key;
+    if (w->queued && has_name(w, le->name))
+        arm_retry(w, le->ms);
+    return 0;
+}
+
+void wait_on_message(struct dlockd *d, const char *msg)
+{
+    char wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
+    char name[PROTO_NAME_MAX + 1];
+    struct lease_end le = { name, 0 };
+    struct wait *w;
+
+    if (sscanf(msg, "G %63s %1535s %1535s %23s", wid, tokens, counts, free_permits) == 4) {
+        if ((w = dict_get(d->waits, wid)) != NULL)
+            wait_granted(w, tokens, counts, free_permits);
+    } else if (sscanf(msg, "R %200s %lld", name, &le.ms) == 2) {
+        dict_each(d->waits, arm_if_on, &le);
+    }
+}
+
+/* --- the script that grants, refuses or queues */
+
+static void finish_submit(struct dlockd *d, const char *wid, const redisReply *rep)
+{
+    size_t f = wait_apply_grants(d, rep);
+    struct wait *w = dict_get(d->waits, wid);
+    char buf[32], st[16], a[PROTO_MAX_NAMES * 24], b[PROTO_MAX_NAMES * 24], c[24];
+    struct req *r;
+
+    if (w == NULL)
+        return; /* granted by the grants above, or by pub/sub first */
+    snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
+    snprintf(a, sizeof(a), "%s", redis_elem(rep, f, buf, sizeof(buf)));
+    snprintf(b, sizeof(b), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
+    snprintf(c, sizeof(c), "%s", redis_elem(rep, f + 2, buf, sizeof(buf)));
+    if (strcmp(st, "OK") == 0) {
+        wait_granted(w, a, b, c);
+        return;
+    }
+    if (strcmp(st, "WAIT") == 0) {
+        w->queued = 1;
+        if (w->abandoned)
+            wait_cancel(w);
+        else
+            arm_retry(w, atoll(a));
+        return;
+    }
+    r = wait_take_req(w);
+    if (r && strcmp(st, "BUSY") == 0) {
+        d->stats.busy++;
+        if (w->kind == WAIT_SEM)
+            req_reply(r, "BUSY", "free=%s", a);
+        else
+            req_reply(r, "BUSY", "holder=%s ttl=%s", a, b);
+    } else if (r && strcmp(st, "WRONGTYPE") == 0) {
+        req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", a);
+    } else if (r && strcmp(st, "MISMATCH") == 0) {
+        req_err(r, PROTO_EMISMATCH, "'%s' has limit=%s", w->names[0], a);
+    } else if (r && strcmp(st, "DEADLOCK") == 0) {
+        req_err(r, PROTO_EDEADLOCK, "another owner already waits to upgrade '%s'", w->names[0]);
+    } else if (r) {
+        req_err(r, PROTO_EBACKEND, "unexpected answer '%s' from Redis", st);
+    }
+    wait_free(w);
+}
+
+static void on_submit(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *wid = arg;
+    struct wait *w;
+
+    if (rep == NULL) {
+        /* The script may still run: on_submit_late undoes what it did. */
+        if ((w = dict_get(d->waits, wid)) != NULL) {
+            struct req *r = wait_take_req(w);
+            w->abandoned = 1;
+            if (r)
+                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+        }
+        return;
+    }
+    finish_submit(d, wid, rep);
+    free(wid);
+}
+
+static void on_submit_late(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *wid = arg;
+    struct wait *w;
+
+    if (rep)
+        finish_submit(d, wid, rep);
+    else if ((w = dict_get(d->waits, wid)) != NULL && !w->cancelling)
+        wait_free(w); /* its queue entries, if any, lapse unrenewed */
+    free(wid);
+}
+
+void wait_submit(struct wait *w)
+{
+    struct dlockd *d = w->d;
+    char ttl[24], lease[24], qttl[24], k[24], limit[24], who[HID_MAX + 1], mode[2] = { w->hid[0], '\0' };
+    const char *args[10];
+    int64_t l = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease;
+    char *wid = wid_copy(w);
+    int n = 0, rc;
+
+    snprintf(who, sizeof(who), "%s", w->hid + 1);
+    snprintf(ttl, sizeof(ttl), "%" PRId64, l);
+    snprintf(lease, sizeof(lease), "%" PRId64, w->lease > 0 ? w->lease : d->cfg.lock_lease);
+    snprintf(qttl, sizeof(qttl), "%" PRId64, d->cfg.lock_lease * 2 / 3);
+    snprintf(k, sizeof(k), "%lld", w->k);
+    snprintf(limit, sizeof(limit), "%lld", w->limit);
+    args[n++] = who;
+    if (w->kind == WAIT_LOCK)
+        args[n++] = mode;
+    args[n++] = w->client;
+    args[n++] = w->wid;
+    args[n++] = w->wait_ms != 0 ? "1" : "0";
+    args[n++] = ttl;
+    args[n++] = lease;
+    args[n++] = w->lease > 0 ? "1" : "0";
+    args[n++] = qttl;
+    if (w->kind == WAIT_SEM) {
+        args[n++] = k;
+        args[n++] = limit;
+    }
+    w->queued = 0;
+    rc = hold_script(d, w->kind == WAIT_SEM ? SCRIPT_ACQUIRE : SCRIPT_LOCK, w->nnames,
+                     (const char *const *)w->names, n, args, on_submit, on_submit_late, wid);
+    if (rc) {
+        struct req *r = wait_take_req(w);
+        free(wid);
+        if (r)
+            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+        wait_free(w);
+    }
+}
+
+/* --- timeouts, retries, cancels */
+
+static void on_timeout(struct deadline *dl)
+{
+    struct wait *w = container_of(dl, struct wait, timeout);
+
+    w->abandoned = 1;
+    wait_cancel(w);
+}
+
+static void on_poke(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *wid = arg;
+    struct wait *w;
+
+    if (rep) {
+        size_t f = wait_apply_grants(d, rep);
+        if ((w = dict_get(d->waits, wid)) != NULL)
+            arm_retry(w, redis_elem_int(rep, f));
+    }
+    free(wid);
+}
+
+/* A lease in w's way that nobody here releases has run out: purge and hand on. */
+static void on_retry(struct deadline *dl)
+{
+    struct wait *w = container_of(dl, struct wait, retry);
+    char *wid = wid_copy(w);
+
+    if (hold_script(w->d, SCRIPT_POKE, w->nnames, (const char *const *)w->names, 0, NULL, on_poke, NULL, wid))
+        free(wid);
+}
+
+static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *wid = arg, buf[32], st[16], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24];
+    struct wait *w;
+    size_t f;
+
+    if (rep == NULL) {
+        if ((w = dict_get(d->waits, wid)) != NULL) {
+            struct req *r = wait_take_req(w);
+            if (r)
+                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+            wait_free(w);
+        }
+        free(wid);
+        return;
+    }
+    f = wait_apply_grants(d, rep);
+    if ((w = dict_get(d->waits, wid)) != NULL) {
+        snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
+        snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, f, buf, sizeof(buf)));
+        snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
+        w->cancelling = 0;
+        if (strcmp(st, "GRANTED") == 0) {
+            wait_granted(w, tokens, counts, "0");
+        } else if (w->resubmit && !w->abandoned) {
+            w->resubmit = 0;
+            wait_submit(w);
+        } else {
+            struct req *r = wait_take_req(w);
+            if (r) {
+                d->stats.timeouts++;
+                req_reply(r, "TIMEOUT", NULL);
+            }
+            wait_free(w);
+        }
+    }
+    free(wid);
+}
+
+/* Takes w out of its queues; the reply says whether it was granted first. */
+static void wait_cancel(struct wait *w)
+{
+    const char *args[] = { w->wid, w->hid };
+    char *wid;
+
+    if (w->cancelling || !w->queued)
+        return; /* the cancel or the submit in flight decides */
+    w->cancelling = 1;
+    deadline_cancel(w->d->deadlines, &w->retry);
+    wid = wid_copy(w);
+    if (hold_script(w->d, SCRIPT_CANCEL, w->nnames, (const char *const *)w->names, 2, args, on_cancel, NULL, wid)) {
+        struct req *r = wait_take_req(w);
+        free(wid);
+        if (r)
+            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+        wait_free(w);
+    }
+}
+
+void wait_lapsed(struct dlockd *d, const char *wid)
+{
+    struct wait *w = dict_get(d->waits, wid);
+
+    if (w == NULL || w->cancelling)
+        return;
+    log_debug("wait %s: queue entry lapsed, checking", wid);
+    w->resubmit = 1;
+    wait_cancel(w);
+}
+
+/* Forgets the request of w; the wait is cancelled in Redis. */
+static void wait_abandon(struct wait *w)
+{
+    struct req *r = wait_take_req(w);
+
+    if (w->s) {
+        TAILQ_REMOVE(&w->s->waits, w, in_session);
+        w->s = NULL;
+    }
+    if (r)
+        req_drop(r);
+    w->abandoned = 1;
+    wait_cancel(w);
+}
+
+static void on_req_gone(struct req *r)
+{
+    wait_abandon(r->ctx);
+}
+
+void wait_abandon_session(struct session *s)
+{
+    struct wait *w;
+
+    while ((w = TAILQ_FIRST(&s->waits)) != NULL)
+        wait_abandon(w);
+}
+
+struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode)
+{
+    struct dlockd *d = r->d;
+    struct wait *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        fatalx("wait: out of memory");
+    w->d = d;
+    w->kind = kind;
+    snprintf(w->wid, sizeof(w->wid), "%s.%" PRIx64, d->id, ++d->next_wait);
+    w->req = r;
+    w->s = s;
+    snprintf(w->hid, sizeof(w->hid), "%c%s:%s", mode, s->id, r->pr.owner);
+    snprintf(w->client, sizeof(w->client), "%s", s->name);
+    w->lease = r->pr.lease_ms;
+    w->wait_ms = r->pr.wait_ms;
+    w->k = kind == WAIT_SEM ? r->pr.permits : 1;
+    w->limit = r->pr.limit;
+    w->nnames = r->pr.nnames;
+    for (int i = 0; i < w->nnames; i++)
+        if ((w->names[i] = strdup(r->pr.names[i])) == NULL)
+            fatalx("wait: out of memory");
+    deadline_init(&w->timeout, on_timeout);
+    deadline_init(&w->retry, on_retry);
+    if (w->wait_ms > 0)
+        deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
+    dict_set(d->waits, w->wid, w);
+    TAILQ_INSERT_TAIL(&s->waits, w, in_session);
+    r->gone = on_req_gone;
+    r->ctx = w;
+    return w;
+}

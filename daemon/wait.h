@@ -1,0 +1,56 @@
+/* wait.h - a LOCK or ACQUIRE from the moment it is sent to Redis until it is
+ * answered: granted, refused, queued and then granted, timed out or cancelled. */
+#ifndef DLOCKD_WAIT_H
+#define DLOCKD_WAIT_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "deadline.h"
+#include "hold.h"
+#include "proto.h"
+
+struct dlockd;
+struct req;
+struct session;
+
+enum wait_kind { WAIT_LOCK, WAIT_SEM };
+
+struct wait {
+    struct dlockd *d;
+    enum wait_kind kind;
+    char wid[64];             /* key in d->waits and member of the queues */
+    struct req *req;          /* the request to answer; NULL once nobody waits */
+    struct session *s;        /* NULL once abandoned */
+    char hid[HID_MAX + 1];    /* the hold it asks for */
+    char client[PROTO_STR_MAX + 1];
+    int64_t lease;            /* lease= in ms, 0 for none */
+    int64_t wait_ms;          /* wait=: 0 never queues; PROTO_WAIT_INF */
+    long long k;              /* counts asked: 1, or permits */
+    long long limit;          /* semaphore limit */
+    struct deadline timeout;  /* end of wait= */
+    struct deadline retry;    /* when a lease nobody here releases runs out */
+    int queued;               /* the script put it in the queues */
+    int cancelling;           /* a cancel script is in flight */
+    int abandoned;            /* timed out, or nobody waits any more */
+    int resubmit;             /* the cancel checks a lapsed entry: queue again */
+    TAILQ_ENTRY(wait) in_session;
+    int nnames;
+    char *names[PROTO_MAX_NAMES];
+};
+
+/* A wait for r's names (hid mode: x, s or p), added to r's session. */
+struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode);
+/* Sends the wait to Redis; the reply answers its request. */
+void wait_submit(struct wait *w);
+
+/* Hands out the grants at the head of a script reply; returns the index of its own fields. */
+size_t wait_apply_grants(struct dlockd *d, const struct redisReply *rep);
+/* A message on this daemon's channel: a grant, or a lease end to wait for. */
+void wait_on_message(struct dlockd *d, const char *msg);
+/* The renewal found the queue entry of a wait gone: it may have been granted. */
+void wait_lapsed(struct dlockd *d, const char *wid);
+/* Cancels every wait of s. */
+void wait_abandon_session(struct session *s);
+
+#endif
