@@ -10,6 +10,7 @@
 #include "latch.h"
 #include "lock.h"
 #include "log.h"
+#include "reqid.h"
 #include "session.h"
 
 #define CMD_PREAUTH (1u << 0) /* allowed before AUTH */
@@ -148,5 +149,12 @@ void cmd_dispatch(struct req *r)
     if (c->session == NULL)
         session_attach(session_new(r->d, c->peer, r->d->cfg.session_ttl), c);
     memcpy(r->sid, c->session->id, sizeof(r->sid));
+    if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
+        return;
     cmd->handler(r);
+}
+
+void cmd_run(struct req *r)
+{
+    cmds[r->pr.verb].handler(r);
 }

@@ -6,5 +6,7 @@ struct req;
 
 /* Parses r's line and runs it; the handler replies now or later. */
 void cmd_dispatch(struct req *r);
+/* Runs an already parsed request (a repeat that takes over its id). */
+void cmd_run(struct req *r);
 
 #endif

@@ -14,6 +14,7 @@
 #include "conn.h"
 #include "dict.h"
 #include "log.h"
+#include "reqid.h"
 #include "session.h"
 
 static uint64_t next_conn_id = 1;
@@ -32,6 +33,8 @@ static void req_end(struct req *r)
 {
     struct conn *c = r->c;
 
+    if (r->idrec)
+        reqid_dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
         if (r->untagged) {
@@ -42,36 +45,45 @@ static void req_end(struct req *r)
     free(r);
 }
 
+void req_send(struct req *r, const char *body)
+{
+    char line[8192];
+
+    if (r->idrec)
+        reqid_answered(r, body);
+    if (r->c)
+        write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, body, NULL));
+    req_end(r);
+}
+
 void req_reply(struct req *r, const char *status, const char *fmt, ...)
 {
-    char line[8192], text[8192];
+    char body[8192];
+    int n = snprintf(body, sizeof(body), "%s", status);
     va_list ap;
 
-    if (r->c) {
-        text[0] = '\0';
-        if (fmt) {
-            va_start(ap, fmt);
-            vsnprintf(text, sizeof(text), fmt, ap);
-            va_end(ap);
-        }
-        write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, status, fmt ? "%s" : NULL, text));
+    if (fmt && n > 0 && (size_t)n + 1 < sizeof(body)) {
+        body[n++] = ' ';
+        va_start(ap, fmt);
+        vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
+        va_end(ap);
     }
-    req_end(r);
+    req_send(r, body);
 }
 
 void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
 {
-    char line[1024];
+    char body[1024];
+    int n = snprintf(body, sizeof(body), "ERR %s ", proto_err_code(e));
     va_list ap;
 
     r->d->stats.errors++;
-    if (r->c) {
-        va_start(ap, fmt);
-        write_line(r->c, line, proto_vfmt_err(line, sizeof(line), r->pr.tag, e, fmt, ap));
-        va_end(ap);
-        log_debug("c%llu: ERR %s", (unsigned long long)r->c->id, proto_err_code(e));
-    }
-    req_end(r);
+    va_start(ap, fmt);
+    vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (r->c)
+        log_debug("c%llu: %s", (unsigned long long)r->c->id, body);
+    req_send(r, body);
 }
 
 void req_drop(struct req *r)

@@ -26,6 +26,7 @@ struct req {
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
     TAILQ_ENTRY(req) link;            /* in the connection's queued or running list */
+    TAILQ_ENTRY(req) idlink;          /* in an id record's repeats */
     char line[];
 };
 
@@ -54,6 +55,8 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
  */
 void req_reply(struct req *r, const char *status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_err(struct req *r, enum proto_err e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Replies body ("STATUS fields" or "ERR CODE text", no tag) to r and ends it. */
+void req_send(struct req *r, const char *body);
 /* Ends r without a reply (its connection is gone). */
 void req_drop(struct req *r);
 /* The live session of r, or NULL when it ended meanwhile. */

@@ -9,6 +9,7 @@
 #include "hold.h"
 #include "wait.h"
 #include "log.h"
+#include "reqid.h"
 #include "session.h"
 
 static void on_expiry(struct deadline *dl)
@@ -48,6 +49,8 @@ struct session *session_new(struct dlockd *d, const char *name, int64_t ttl)
     s->last_seen = now_ms();
     TAILQ_INIT(&s->holds);
     TAILQ_INIT(&s->waits);
+    TAILQ_INIT(&s->idlist);
+    s->ids = dict_new();
     deadline_init(&s->expiry, on_expiry);
     deadline_arm(d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
     dict_set(d->sessions, s->id, s);
@@ -91,6 +94,7 @@ void session_end(struct session *s, enum session_end why)
         if (!TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
             log_info("s%s: session '%s' expired", s->id, s->name);
     }
+    reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);
     hold_release_session(s, why == SESSION_EXPIRED);
     deadline_cancel(d->deadlines, &s->expiry);

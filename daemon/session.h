@@ -11,6 +11,8 @@
 struct conn;
 struct hold;
 struct wait;
+struct idrec;
+struct dict;
 
 struct session {
     struct dlockd *d;
@@ -23,6 +25,9 @@ struct session {
     TAILQ_HEAD(, hold) holds;
     TAILQ_HEAD(, wait) waits;
     int nholds;
+    struct dict *ids;             /* id= -> struct idrec */
+    TAILQ_HEAD(, idrec) idlist;   /* oldest first */
+    int nids;
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */
