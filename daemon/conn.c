@@ -257,6 +257,14 @@ static void conn_free(struct conn *c, const char *reason)
     free(c);
 }
 
+void conn_close_all(struct dlockd *d)
+{
+    struct conn *c;
+
+    while ((c = TAILQ_FIRST(&d->conns)) != NULL)
+        conn_free(c, "shutdown");
+}
+
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
     struct conn *c;

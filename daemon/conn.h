@@ -66,6 +66,8 @@ struct session *req_session(struct req *r);
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Closes c once its output is written. */
 void conn_close_soon(struct conn *c, const char *reason);
+/* Closes every connection now (shutdown). */
+void conn_close_all(struct dlockd *d);
 /* Sends "* text" to every connection that has a session. */
 void conn_broadcast(struct dlockd *d, const char *text);
 

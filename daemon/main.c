@@ -15,6 +15,8 @@
 #include "redis.h"
 #include "renew.h"
 #include "server.h"
+#include "session.h"
+#include "wait.h"
 
 void dlockd_random_id(char *buf)
 {
@@ -33,14 +35,39 @@ static void usage(void)
     exit(1);
 }
 
+#define SHUTDOWN_FLUSH_MS 200 /* time to write * BYE before closing */
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     struct dlockd *d = arg;
+    struct timeval flush = { 0, SHUTDOWN_FLUSH_MS * 1000 };
 
     (void)what;
     log_info("signal %d: shutting down", (int)sig);
+    server_close(d);
     conn_broadcast(d, "BYE reason=shutdown");
-    event_base_loopexit(d->base, NULL);
+    event_base_loopexit(d->base, &flush);
+}
+
+/* Frees everything. Holds stay in Redis until their lease: a restarted
+ * daemon cannot take over sessions, and their clients learn nothing from
+ * a release they did not ask for. */
+static void dlockd_free(struct dlockd *d)
+{
+    redis_close(d->redis);
+    conn_close_all(d);
+    session_free_all(d);
+    wait_free_all(d);
+    redis_free(d->redis);
+    event_free(d->renew_timer);
+    dict_free(d->sessions);
+    dict_free(d->holds);
+    dict_free(d->waits);
+    dict_free(d->names);
+    dict_free(d->latches);
+    deadlines_free(d->deadlines);
+    config_free(&d->cfg);
+    event_base_free(d->base);
 }
 
 int main(int argc, char **argv)
@@ -91,6 +118,9 @@ int main(int argc, char **argv)
     log_info("dlockd %s started, id %s", PACKAGE_VERSION, d.id);
     event_base_dispatch(d.base);
     server_close(&d);
+    event_free(sigint);
+    event_free(sigterm);
+    dlockd_free(&d);
     log_info("dlockd stopped; holds are left to their lease in Redis");
     return 0;
 }

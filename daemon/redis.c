@@ -30,6 +30,7 @@ struct redis {
     int backoff;            /* ms before the next reconnect */
     struct event *reconnect;
     char latch_channel[256]; /* where a latch that reaches 0 is announced */
+    int closed;              /* shutting down: no reconnects */
 };
 
 struct redis_call {
@@ -342,7 +343,7 @@ static void link_down(struct redis *rd, const char *why)
     redisAsyncContext *ac = rd->ac, *sub = rd->sub;
     struct timeval tv;
 
-    if (event_pending(rd->reconnect, EV_TIMEOUT, NULL))
+    if (rd->closed || event_pending(rd->reconnect, EV_TIMEOUT, NULL))
         return;
     log_warnx("backend: link down (%s), retrying in %dms", why ? why : "?", rd->backoff);
     rd->ac = rd->sub = NULL;
@@ -374,16 +375,24 @@ void redis_start(struct redis *rd)
     connect_link(rd);
 }
 
-void redis_free(struct redis *rd)
+void redis_close(struct redis *rd)
 {
     redisAsyncContext *ac = rd->ac, *sub = rd->sub;
 
+    rd->closed = 1;
+    evtimer_del(rd->reconnect);
     rd->ac = rd->sub = NULL;
     rd->ac_ready = rd->sub_ready = 0;
+    /* Calls still pending are answered NULL from here. */
     if (ac)
         redisAsyncFree(ac);
     if (sub)
         redisAsyncFree(sub);
+}
+
+void redis_free(struct redis *rd)
+{
+    redis_close(rd);
     event_free(rd->reconnect);
     free(rd);
 }

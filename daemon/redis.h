@@ -18,6 +18,8 @@ struct dlockd;
 typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
 
 struct redis *redis_new(struct dlockd *d);
+/* Drops the link for good; pending calls are answered NULL. */
+void redis_close(struct redis *rd);
 void redis_free(struct redis *rd);
 /* Starts connecting; reconnects with backoff whenever the link drops. */
 void redis_start(struct redis *rd);

@@ -84,6 +84,28 @@ void session_attach(struct session *s, struct conn *c)
     c->session = s;
 }
 
+static int forget(const char *key, void *val, void *arg)
+{
+    struct session *s = val;
+    struct hold *h;
+
+    (void)key;
+    (void)arg;
+    reqid_free_session(s);
+    wait_abandon_session(s);
+    while ((h = TAILQ_FIRST(&s->holds)) != NULL)
+        hold_remove(s->d, h);
+    deadline_cancel(s->d->deadlines, &s->expiry);
+    dict_del(s->d->sessions, s->id);
+    free(s);
+    return 0;
+}
+
+void session_free_all(struct dlockd *d)
+{
+    dict_each(d->sessions, forget, NULL);
+}
+
 void session_end(struct session *s, enum session_end why)
 {
     struct dlockd *d = s->d;

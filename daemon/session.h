@@ -43,6 +43,8 @@ void session_set_ttl(struct session *s, int64_t ttl);
 void session_attach(struct session *s, struct conn *c);
 
 enum session_end { SESSION_QUIT, SESSION_EXPIRED };
+/* Frees every session and its holds here, leaving Redis as it is (shutdown). */
+void session_free_all(struct dlockd *d);
 /* Releases every hold, cancels every wait and frees s. */
 void session_end(struct session *s, enum session_end why);
 

@@ -418,6 +418,19 @@ void wait_abandon_session(struct session *s)
         wait_abandon(w);
 }
 
+static int free_one(const char *key, void *val, void *arg)
+{
+    (void)key;
+    (void)arg;
+    wait_free(val);
+    return 0;
+}
+
+void wait_free_all(struct dlockd *d)
+{
+    dict_each(d->waits, free_one, NULL);
+}
+
 struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode)
 {
     struct dlockd *d = r->d;

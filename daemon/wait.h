@@ -50,6 +50,8 @@ size_t wait_apply_grants(struct dlockd *d, const struct redisReply *rep);
 void wait_on_message(struct dlockd *d, const char *msg);
 /* The renewal found the queue entry of a wait gone: it may have been granted. */
 void wait_lapsed(struct dlockd *d, const char *wid);
+/* Frees every wait left (shutdown, after the Redis link is gone). */
+void wait_free_all(struct dlockd *d);
 /* Cancels every wait of s. */
 void wait_abandon_session(struct session *s);
 

@@ -771,9 +771,46 @@ struct h_dlockd *h_dlockd_start(int redis_port, const char *const *extra)
     return NULL;
 }
 
+/* 1 when the log at path has a report of a sanitizer (ASan, UBSan, LeakSanitizer). */
+static int h_log_has_sanitizer_report(const char *path)
+{
+    static const char *const marks[] = { "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:" };
+    char line[1024];
+    FILE *f = fopen(path, "r");
+    int found = 0;
+
+    if (f == NULL)
+        return 0;
+    while (!found && fgets(line, sizeof line, f))
+        for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++)
+            found |= strstr(line, marks[i]) != NULL;
+    fclose(f);
+    return found;
+}
+
+static int h_in_cleanup; /* set while h_cleanup() runs, maybe from atexit */
+
+/* Fails the test, or (from atexit, where Check cannot be told) the whole process. */
+static void h_dlockd_bad_stop(const struct h_dlockd *d, const char *what)
+{
+    h_print_tail(d->log, 60);
+    if (h_in_cleanup) {
+        fprintf(stderr, "harness: dlockd on port %d: %s (log %s)\n", d->port, what, d->log);
+        _exit(1);
+    }
+    H_FAIL("dlockd on port %d: %s (log %s)", d->port, what, d->log);
+}
+
 int h_dlockd_stop(struct h_dlockd *d)
 {
-    return h_terminate(&d->pid);
+    int running = d->pid > 0, status = h_terminate(&d->pid);
+
+    /* A clean shutdown exits 0; sanitizer reports land in the log. */
+    if (h_log_has_sanitizer_report(d->log))
+        h_dlockd_bad_stop(d, "sanitizer report in its log");
+    if (running && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        h_dlockd_bad_stop(d, "did not exit 0 on SIGTERM");
+    return status;
 }
 
 void h_dlockd_kill(struct h_dlockd *d)
@@ -1296,6 +1333,7 @@ void h_cleanup(void)
 {
     pid_t me = getpid();
 
+    h_in_cleanup = 1;
     for (size_t i = 0; i < h_nconns; i++) {
         struct h_conn *c = h_conns[i];
         h_conns[i] = NULL;
@@ -1324,6 +1362,7 @@ void h_cleanup(void)
         free(r);
         h_redises[i] = NULL;
     }
+    h_in_cleanup = 0;
 }
 
 void h_init(void)
