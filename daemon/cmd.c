@@ -32,6 +32,49 @@ static int password_ok(const char *want, const char *got)
     return diff == 0;
 }
 
+/* A wrong password is answered after auth-fail-delay, to slow down guessing. */
+struct refusal {
+    struct deadline dl;
+    struct req *r;
+};
+
+static void refusal_fire(struct deadline *dl)
+{
+    struct refusal *x = container_of(dl, struct refusal, dl);
+    struct req *r = x->r;
+
+    free(x);
+    r->gone = NULL;
+    req_err(r, PROTO_ENOAUTH, "invalid password");
+}
+
+static void refusal_gone(struct req *r)
+{
+    struct refusal *x = r->ctx;
+
+    deadline_cancel(r->d->deadlines, &x->dl);
+    free(x);
+    req_drop(r);
+}
+
+static void refuse_password(struct req *r)
+{
+    struct refusal *x;
+
+    log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
+    if (r->d->cfg.auth_fail_delay == 0) {
+        req_err(r, PROTO_ENOAUTH, "invalid password");
+        return;
+    }
+    if ((x = calloc(1, sizeof(*x))) == NULL)
+        fatalx("cmd: out of memory");
+    x->r = r;
+    deadline_init(&x->dl, refusal_fire);
+    deadline_arm(r->d->deadlines, &x->dl, now_ms() + (uint64_t)r->d->cfg.auth_fail_delay);
+    r->gone = refusal_gone;
+    r->ctx = x;
+}
+
 static void cmd_hello(struct req *r)
 {
     struct conn *c = r->c;
@@ -39,11 +82,15 @@ static void cmd_hello(struct req *r)
     int resumed = 0;
 
     if (r->pr.has & PROTO_O_AUTH) {
-        if (r->d->cfg.requirepass == NULL || !password_ok(r->d->cfg.requirepass, r->pr.auth)) {
-            req_err(r, PROTO_ENOAUTH, r->d->cfg.requirepass ? "invalid password" : "no password is configured");
+        if (r->d->cfg.requirepass == NULL) {
+            req_err(r, PROTO_ENOAUTH, "no password is configured");
             return;
         }
-        c->authed = 1;
+        if (!password_ok(r->d->cfg.requirepass, r->pr.auth)) {
+            refuse_password(r);
+            return;
+        }
+        conn_authed(c);
     }
     if (r->pr.has & PROTO_O_SESSION) {
         if ((old = session_find(r->d, r->pr.session)) == NULL) {
@@ -64,8 +111,8 @@ static void cmd_hello(struct req *r)
     if (r->pr.has & PROTO_O_NAME)
         snprintf(s->name, sizeof(s->name), "%s", r->pr.client_name);
     memcpy(r->sid, s->id, sizeof(r->sid));
-    log_debug("c%llu: session %s '%s' ttl=%lld resumed=%d", (unsigned long long)c->id, s->id, s->name,
-              (long long)s->ttl, resumed);
+    log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
+             (long long)s->ttl);
     req_reply(r, "OK", "session=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d", s->id, (long long)s->ttl,
               PROTO_VERSION, PACKAGE_VERSION, resumed);
 }
@@ -93,11 +140,10 @@ static void cmd_auth(struct req *r)
         return;
     }
     if (!password_ok(r->d->cfg.requirepass, r->pr.names[0])) {
-        log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
-        req_err(r, PROTO_ENOAUTH, "invalid password");
+        refuse_password(r);
         return;
     }
-    r->c->authed = 1;
+    conn_authed(r->c);
     req_reply(r, "OK", NULL);
 }
 

@@ -8,35 +8,53 @@
 #include "config.h"
 #include "proto.h"
 
-enum conf_type { CONF_ADDR, CONF_ADDR_LIST, CONF_STR, CONF_DURATION, CONF_INT, CONF_LEVEL };
+enum conf_type {
+    CONF_ADDR, CONF_ADDR_LIST, CONF_OPT_ADDR, CONF_STR, CONF_DURATION, CONF_INT, CONF_OCTAL, CONF_BOOL,
+    CONF_LEVEL, CONF_TARGET
+};
+
+#define LIVE 1    /* SIGHUP changes it at once */
+#define RESTART 0 /* only a restart changes it */
 
 struct conf_key {
     const char *name;
     enum conf_type type;
     size_t offset;       /* of the field in struct config */
+    size_t size;         /* bytes of the field */
     const char *deflt;   /* default, NULL for none */
     int64_t min, max;    /* bounds of numbers */
+    int live;            /* LIVE or RESTART */
 };
 
-#define F(field) offsetof(struct config, field)
+#define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
+
+#define DMAX PROTO_DURATION_MAX
 
 static const struct conf_key keys[] = {
-    { "listen", CONF_ADDR_LIST, F(listen), "127.0.0.1:7411", 0, 0 },
-    { "redis", CONF_ADDR, F(redis), "127.0.0.1:6379", 0, 0 },
-    { "redis-password", CONF_STR, F(redis_password), NULL, 0, 0 },
-    { "key-prefix", CONF_STR, F(key_prefix), "dlock:", 0, 0 },
-    { "session-ttl", CONF_DURATION, F(session_ttl), "10s", 100, PROTO_DURATION_MAX },
-    { "session-ttl-min", CONF_DURATION, F(session_ttl_min), "1s", 100, PROTO_DURATION_MAX },
-    { "session-ttl-max", CONF_DURATION, F(session_ttl_max), "1h", 100, PROTO_DURATION_MAX },
-    { "lock-lease", CONF_DURATION, F(lock_lease), "30s", 300, PROTO_DURATION_MAX },
-    { "lock-delay", CONF_DURATION, F(lock_delay), "0", 0, PROTO_DURATION_MAX },
-    { "backend-timeout", CONF_DURATION, F(backend_timeout), "2s", 10, PROTO_DURATION_MAX },
-    { "requirepass", CONF_STR, F(requirepass), NULL, 0, 0 },
-    { "maxclients", CONF_INT, F(maxclients), "10000", 1, 1000000 },
-    { "max-line", CONF_INT, F(max_line), "4096", 64, 1048576 },
-    { "max-waiters", CONF_INT, F(max_waiters), "100000", 0, 100000000 },
-    { "max-holds", CONF_INT, F(max_holds), "10000", 1, 100000000 },
-    { "log-level", CONF_LEVEL, F(log_level), "info", 0, 0 },
+    { "listen", CONF_ADDR_LIST, FIELD(listen), "127.0.0.1:7411", 0, 0, RESTART },
+    { "redis", CONF_ADDR, FIELD(redis), "127.0.0.1:6379", 0, 0, RESTART },
+    { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART },
+    { "key-prefix", CONF_STR, FIELD(key_prefix), "dlock:", 0, 0, RESTART },
+    { "session-ttl", CONF_DURATION, FIELD(session_ttl), "10s", 100, DMAX, LIVE },
+    { "session-ttl-min", CONF_DURATION, FIELD(session_ttl_min), "1s", 100, DMAX, LIVE },
+    { "session-ttl-max", CONF_DURATION, FIELD(session_ttl_max), "1h", 100, DMAX, LIVE },
+    { "lock-lease", CONF_DURATION, FIELD(lock_lease), "30s", 300, DMAX, RESTART },
+    { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
+    { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
+    { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE },
+    { "protected-mode", CONF_BOOL, FIELD(protected_mode), "yes", 0, 1, RESTART },
+    { "auth-timeout", CONF_DURATION, FIELD(auth_timeout), "10s", 100, DMAX, LIVE },
+    { "auth-fail-delay", CONF_DURATION, FIELD(auth_fail_delay), "500ms", 0, 60000, LIVE },
+    { "preauth-max-line", CONF_INT, FIELD(preauth_max_line), "512", 64, 1048576, LIVE },
+    { "maxclients", CONF_INT, FIELD(maxclients), "10000", 1, 1000000, LIVE },
+    { "max-line", CONF_INT, FIELD(max_line), "4096", 64, 1048576, LIVE },
+    { "client-output-limit", CONF_INT, FIELD(client_output_limit), "1048576", 4096, 1LL << 32, LIVE },
+    { "max-waiters", CONF_INT, FIELD(max_waiters), "100000", 0, 100000000, LIVE },
+    { "max-holds", CONF_INT, FIELD(max_holds), "10000", 1, 100000000, LIVE },
+    { "unixsocket-perm", CONF_OCTAL, FIELD(unixsocket_perm), "0660", 0, 0777, RESTART },
+    { "admin-listen", CONF_OPT_ADDR, FIELD(admin), "", 0, 0, RESTART },
+    { "log-level", CONF_LEVEL, FIELD(log_level), "info", 0, 0, LIVE },
+    { "log-target", CONF_TARGET, FIELD(log_syslog), "stderr", 0, 0, LIVE },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
@@ -93,6 +111,27 @@ static const char *set_value(struct config *cfg, const struct conf_key *k, const
     switch (k->type) {
     case CONF_ADDR:
         return config_parse_addr(v, field) ? "expected HOST:PORT or unix:PATH" : NULL;
+    case CONF_OPT_ADDR:
+        cfg->admin_on = *v != '\0';
+        if (!cfg->admin_on)
+            return NULL;
+        return config_parse_addr(v, field) ? "expected HOST:PORT, or nothing to turn it off" : NULL;
+    case CONF_BOOL:
+        if (strcmp(v, "yes") != 0 && strcmp(v, "no") != 0)
+            return "expected yes or no";
+        *(int64_t *)field = strcmp(v, "yes") == 0;
+        return NULL;
+    case CONF_TARGET:
+        if (strcmp(v, "stderr") != 0 && strcmp(v, "syslog") != 0)
+            return "expected stderr or syslog";
+        *(int *)field = strcmp(v, "syslog") == 0;
+        return NULL;
+    case CONF_OCTAL:
+        errno = 0;
+        n = strtoll(v, &end, 8);
+        if (errno || *end || end == v)
+            return "expected an octal mode such as 0660";
+        break;
     case CONF_ADDR_LIST:
         if (!cfg->listen_given) {
             cfg->nlisten = 0;
@@ -192,8 +231,18 @@ static int load_args(struct config *cfg, int argc, char **argv, char *err, size_
     return 0;
 }
 
+static int is_loopback(const struct addr *a)
+{
+    return a->is_unix || strcmp(a->host, "localhost") == 0 || strncmp(a->host, "127.", 4) == 0 ||
+        strcmp(a->host, "::1") == 0 || strcmp(a->host, "[::1]") == 0;
+}
+
 static int validate(const struct config *cfg, char *err, size_t errlen)
 {
+    for (int i = 0; i < cfg->nlisten; i++)
+        if (cfg->protected_mode && cfg->requirepass == NULL && !is_loopback(&cfg->listen[i]))
+            return fail(err, errlen, "config", "listen",
+                        "a non-loopback address needs requirepass (or protected-mode no)");
     if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
         return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
     if (cfg->session_ttl_min > cfg->session_ttl_max)
@@ -206,6 +255,8 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
 int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof(*cfg));
+    if (file && (cfg->file = strdup(file)) == NULL)
+        return fail(err, errlen, "config", file, "out of memory");
     for (size_t i = 0; i < NKEYS; i++)
         if (keys[i].deflt && set_value(cfg, &keys[i], keys[i].deflt))
             return fail(err, errlen, "default", keys[i].name, "bad default");
@@ -221,4 +272,52 @@ void config_free(struct config *cfg)
     free(cfg->redis_password);
     free(cfg->key_prefix);
     free(cfg->requirepass);
+    free(cfg->file);
+}
+
+static int same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a && b && strcmp(a, b) == 0);
+}
+
+/* 1 when key k has the same value in a and b. */
+static int same(const struct conf_key *k, const struct config *a, const struct config *b)
+{
+    const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
+
+    switch (k->type) {
+    case CONF_ADDR_LIST:
+        return a->nlisten == b->nlisten && memcmp(a->listen, b->listen, sizeof(a->listen[0]) * (size_t)a->nlisten) == 0;
+    case CONF_STR:
+        return same_str(*(char *const *)fa, *(char *const *)fb);
+    case CONF_OPT_ADDR:
+        return a->admin_on == b->admin_on && memcmp(fa, fb, k->size) == 0;
+    default:
+        return memcmp(fa, fb, k->size) == 0;
+    }
+}
+
+void config_apply_live(struct config *cur, struct config *fresh, char *restart, size_t len)
+{
+    size_t used = 0;
+
+    restart[0] = '\0';
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct conf_key *k = &keys[i];
+        void *fc = (char *)cur + k->offset, *ff = (char *)fresh + k->offset;
+
+        if (same(k, cur, fresh))
+            continue;
+        if (!k->live) {
+            used += (size_t)snprintf(restart + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", k->name);
+            continue;
+        }
+        if (k->type == CONF_STR) {
+            char *tmp = *(char **)fc;
+            *(char **)fc = *(char **)ff;
+            *(char **)ff = tmp; /* freed with fresh */
+        } else {
+            memcpy(fc, ff, k->size);
+        }
+    }
 }

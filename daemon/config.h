@@ -35,6 +35,16 @@ struct config {
     int64_t max_waiters;      /* waiting requests on this daemon */
     int64_t max_holds;        /* holds per session */
     enum log_level log_level;
+    int log_syslog;           /* 1: log to syslog instead of stderr */
+    struct addr admin;        /* HTTP admin endpoint; admin_on 0: none */
+    int admin_on;
+    int64_t protected_mode;   /* 1: no non-loopback listener without requirepass */
+    int64_t unixsocket_perm;  /* mode of unix listen sockets */
+    int64_t auth_timeout;     /* ms an unauthenticated connection may stay */
+    int64_t auth_fail_delay;  /* ms before a wrong password is answered */
+    int64_t preauth_max_line; /* bytes per line before AUTH */
+    int64_t client_output_limit; /* bytes of unsent replies before a connection is cut */
+    char *file;               /* the config file, for reloads; NULL for none */
 };
 
 /* Parses "HOST:PORT" or "unix:PATH". Returns 0, or -1. */
@@ -48,5 +58,11 @@ const char *config_addr_str(const struct addr *a, char *buf, size_t len);
  */
 int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen);
 void config_free(struct config *cfg);
+/*
+ * Moves the keys that may change while running from fresh into cur, and
+ * leaves the others as they are. Writes the names of keys that changed but
+ * need a restart into restart (comma-separated; "" when none).
+ */
+void config_apply_live(struct config *cur, struct config *fresh, char *restart, size_t len);
 
 #endif

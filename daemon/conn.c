@@ -22,11 +22,29 @@ static uint64_t next_conn_id = 1;
 static void conn_free(struct conn *c, const char *reason);
 static void run_next(struct conn *c);
 
+static void on_cut(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_free(arg, "output limit");
+}
+
 static void write_line(struct conn *c, const char *line, int len)
 {
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+
     if (c->closing || len < 0)
         return;
     bufferevent_write(c->bev, line, (size_t)len);
+    if ((int64_t)evbuffer_get_length(out) > c->d->cfg.client_output_limit) {
+        /* It does not read its replies: cut it off, on the next turn of the loop. */
+        log_warnx("c%llu: %s: more than %lld bytes of replies unread, closing", (unsigned long long)c->id, c->peer,
+                  (long long)c->d->cfg.client_output_limit);
+        c->closing = 1;
+        bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+        evbuffer_drain(out, evbuffer_get_length(out));
+        event_active(c->cut, EV_TIMEOUT, 0);
+    }
 }
 
 static void req_end(struct req *r)
@@ -49,6 +67,7 @@ void req_send(struct req *r, const char *body)
 {
     char line[8192];
 
+    stats_reply(&r->d->stats, r->pr.verb, body);
     if (r->idrec)
         reqid_answered(r, body);
     if (r->c)
@@ -179,6 +198,8 @@ static void on_read(struct bufferevent *bev, void *arg)
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t max = (size_t)c->d->cfg.max_line;
 
+    if (!c->authed && c->d->cfg.preauth_max_line < c->d->cfg.max_line)
+        max = (size_t)c->d->cfg.preauth_max_line;
     while (!c->closing) {
         size_t eol_len, avail = evbuffer_get_length(in);
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
@@ -251,6 +272,8 @@ static void conn_free(struct conn *c, const char *reason)
     }
     if (c->session)
         c->session->conn = NULL;
+    deadline_cancel(d->deadlines, &c->auth_dl);
+    event_free(c->cut);
     TAILQ_REMOVE(&d->conns, c, link);
     d->nconns--;
     bufferevent_free(c->bev);
@@ -265,6 +288,20 @@ void conn_close_all(struct dlockd *d)
         conn_free(c, "shutdown");
 }
 
+static void on_auth_timeout(struct deadline *dl)
+{
+    struct conn *c = container_of(dl, struct conn, auth_dl);
+
+    log_info("c%llu: %s did not authenticate in time, closing", (unsigned long long)c->id, c->peer);
+    conn_close_soon(c, "not authenticated in time");
+}
+
+void conn_authed(struct conn *c)
+{
+    c->authed = 1;
+    deadline_cancel(c->d->deadlines, &c->auth_dl);
+}
+
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
     struct conn *c;
@@ -275,7 +312,7 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
         if (n > 0 && write(fd, line, (size_t)n) < 0)
             log_debug("server: refusing %s", peer);
         evutil_closesocket(fd);
-        log_warnx("server: maxclients reached, refused %s", peer);
+        log_warnx("server: maxclients (%lld) reached, refused %s", (long long)d->cfg.maxclients, peer);
         return;
     }
     if ((c = calloc(1, sizeof(*c))) == NULL)
@@ -284,11 +321,15 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
     c->id = next_conn_id++;
     snprintf(c->peer, sizeof(c->peer), "%s", peer);
     c->authed = d->cfg.requirepass == NULL;
+    deadline_init(&c->auth_dl, on_auth_timeout);
+    if (!c->authed)
+        deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
     evutil_make_socket_nonblocking(fd);
     c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (c->bev == NULL)
+    c->cut = event_new(d->base, -1, 0, on_cut, c);
+    if (c->bev == NULL || c->cut == NULL)
         fatalx("conn: out of memory");
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);

@@ -41,6 +41,8 @@ struct conn {
     int authed;               /* AUTH done, or no requirepass */
     int untagged_busy;        /* an untagged request is being served */
     int closing;              /* close once the output is written */
+    struct deadline auth_dl;  /* closes it if not authenticated in time */
+    struct event *cut;        /* frees it on the next loop turn (output limit) */
     struct req_list queued;   /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
@@ -64,6 +66,8 @@ struct session *req_session(struct req *r);
 
 /* Sends an event line "* text" on c. */
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Marks c authenticated. */
+void conn_authed(struct conn *c);
 /* Closes c once its output is written. */
 void conn_close_soon(struct conn *c, const char *reason);
 /* Closes every connection now (shutdown). */

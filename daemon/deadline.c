@@ -112,6 +112,14 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     rearm(dls);
 }
 
+uint64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
 struct deadlines *deadlines_new(struct event_base *base)
 {
     struct deadlines *dls = calloc(1, sizeof(*dls));

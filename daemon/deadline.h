@@ -20,8 +20,9 @@ struct deadline {
 
 struct deadlines;
 
-/* Monotonic clock in milliseconds. */
+/* Monotonic clock in milliseconds, and in microseconds. */
 uint64_t now_ms(void);
+uint64_t now_us(void);
 
 struct deadlines *deadlines_new(struct event_base *base);
 void deadlines_free(struct deadlines *dls);

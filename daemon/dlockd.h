@@ -17,6 +17,8 @@ struct dict;
 struct redis;
 struct server;
 struct conn;
+struct evhttp;
+struct args;
 
 TAILQ_HEAD(conn_list, conn);
 
@@ -28,6 +30,10 @@ struct dlockd {
     struct redis *redis;        /* the Redis link */
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */
+    struct event *watchdog;     /* feeds systemd's watchdog, when asked */
+    struct evhttp *http;        /* admin endpoint, or NULL */
+    int ready;                  /* systemd was told READY=1 */
+    struct args *args;          /* the command line, for reloads */
     struct dict *sessions;      /* session id -> struct session */
     struct dict *holds;         /* hold key -> struct hold */
     struct dict *waits;         /* wid -> struct wait */

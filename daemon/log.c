@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <syslog.h>
 #include <time.h>
 
 #include "log.h"
 
-static enum log_level min_level = LOG_INFO;
+static enum log_level min_level = LEVEL_INFO;
+static int to_syslog;
 static const char *const level_names[] = { "debug", "info", "warn", "error" };
 
 void log_set_level(enum log_level level)
@@ -17,9 +19,18 @@ void log_set_level(enum log_level level)
     min_level = level;
 }
 
+void log_set_syslog(int on)
+{
+    if (on && !to_syslog)
+        openlog("dlockd", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    else if (!on && to_syslog)
+        closelog();
+    to_syslog = on;
+}
+
 int log_parse_level(const char *s, enum log_level *level)
 {
-    for (int i = 0; i <= LOG_ERROR; i++) {
+    for (int i = 0; i <= LEVEL_ERROR; i++) {
         if (strcmp(s, level_names[i]) == 0) {
             *level = (enum log_level)i;
             return 0;
@@ -41,6 +52,16 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
 
     if (level < min_level)
         return;
+    if (to_syslog) {
+        static const int prio[] = { 7 /* debug */, 6 /* info */, 4 /* warning */, 3 /* err */ };
+        char text[2048];
+        vsnprintf(text, sizeof(text), fmt, ap);
+        if (errnum)
+            syslog(prio[level], "%s: %s", text, strerror(errnum));
+        else
+            syslog(prio[level], "%s", text);
+        return;
+    }
     gettimeofday(&tv, NULL);
     localtime_r(&tv.tv_sec, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
@@ -59,25 +80,25 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
         va_end(ap);                     \
     } while (0)
 
-void log_debug(const char *fmt, ...) { LOG_BODY(LOG_DEBUG, 0); }
-void log_info(const char *fmt, ...) { LOG_BODY(LOG_INFO, 0); }
-void log_warnx(const char *fmt, ...) { LOG_BODY(LOG_WARN, 0); }
+void log_debug(const char *fmt, ...) { LOG_BODY(LEVEL_DEBUG, 0); }
+void log_info(const char *fmt, ...) { LOG_BODY(LEVEL_INFO, 0); }
+void log_warnx(const char *fmt, ...) { LOG_BODY(LEVEL_WARN, 0); }
 
 void log_warn(const char *fmt, ...)
 {
     int saved = errno;
-    LOG_BODY(LOG_WARN, saved);
+    LOG_BODY(LEVEL_WARN, saved);
 }
 
 void fatalx(const char *fmt, ...)
 {
-    LOG_BODY(LOG_ERROR, 0);
+    LOG_BODY(LEVEL_ERROR, 0);
     exit(1);
 }
 
 void fatal(const char *fmt, ...)
 {
     int saved = errno;
-    LOG_BODY(LOG_ERROR, saved);
+    LOG_BODY(LEVEL_ERROR, saved);
     exit(1);
 }

@@ -2,11 +2,13 @@
 #ifndef DLOCKD_LOG_H
 #define DLOCKD_LOG_H
 
-enum log_level { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+enum log_level { LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN, LEVEL_ERROR };
 
 #define LOG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 void log_set_level(enum log_level level);
+/* 1: log to syslog (daemon facility) instead of stderr. */
+void log_set_syslog(int on);
 /* Parses debug, info, warn or error. Returns 0 and sets *level, or -1. */
 int log_parse_level(const char *s, enum log_level *level);
 const char *log_level_name(enum log_level level);

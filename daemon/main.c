@@ -1,5 +1,5 @@
-/* main.c - dlockd: parse the command line and config, open the listeners,
- * connect to Redis and run the event loop until SIGINT or SIGTERM. */
+/* main.c - dlockd: read the config, open the listeners, connect to Redis and
+ * run the event loop; SIGHUP reloads the config, SIGINT and SIGTERM stop. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,15 +8,25 @@
 
 #include <event2/event.h>
 
+#include "admin.h"
 #include "conn.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
+#include "notify.h"
 #include "redis.h"
 #include "renew.h"
 #include "server.h"
 #include "session.h"
 #include "wait.h"
+
+#define SHUTDOWN_FLUSH_MS 200 /* time to write * BYE before closing */
+
+struct args {
+    const char *file; /* config file, or NULL */
+    int argc;         /* --key value pairs */
+    char **argv;
+};
 
 void dlockd_random_id(char *buf)
 {
@@ -31,34 +41,85 @@ void dlockd_random_id(char *buf)
 static void usage(void)
 {
     fprintf(stderr, "usage: dlockd [CONFIG-FILE] [--key value ...]\n"
+                    "       dlockd --test-config [CONFIG-FILE] [--key value ...]\n"
                     "       dlockd --version\n");
     exit(1);
 }
 
-#define SHUTDOWN_FLUSH_MS 200 /* time to write * BYE before closing */
-
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+static void on_stop(evutil_socket_t sig, short what, void *arg)
 {
     struct dlockd *d = arg;
     struct timeval flush = { 0, SHUTDOWN_FLUSH_MS * 1000 };
 
     (void)what;
     log_info("signal %d: shutting down", (int)sig);
+    notify("STOPPING=1\nSTATUS=shutting down");
     server_close(d);
     conn_broadcast(d, "BYE reason=shutdown");
     event_base_loopexit(d->base, &flush);
 }
 
-/* Frees everything. Holds stay in Redis until their lease: a restarted
- * daemon cannot take over sessions, and their clients learn nothing from
- * a release they did not ask for. */
+/* Reads the config again; live keys change now, the others need a restart. */
+static void on_reload(evutil_socket_t sig, short what, void *arg)
+{
+    struct dlockd *d = arg;
+    struct args *a = d->args;
+    struct config fresh;
+    char err[1024], restart[512];
+
+    (void)sig;
+    (void)what;
+    notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the config", (unsigned long long)now_us());
+    if (config_load(&fresh, a->file, a->argc, a->argv, err, sizeof(err))) {
+        log_warnx("config: reload failed: %s; keeping the old config", err);
+    } else {
+        config_apply_live(&d->cfg, &fresh, restart, sizeof(restart));
+        log_set_level(d->cfg.log_level);
+        log_set_syslog(d->cfg.log_syslog);
+        if (restart[0])
+            log_warnx("config: reloaded; changes to %s need a restart and were not applied", restart);
+        else
+            log_info("config: reloaded%s%s", a->file ? " from " : "", a->file ? a->file : "");
+    }
+    config_free(&fresh);
+    notify("READY=1\nSTATUS=serving");
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    notify("WATCHDOG=1");
+}
+
+static void watchdog_start(struct dlockd *d)
+{
+    uint64_t every = notify_watchdog_ms();
+    struct timeval tv;
+
+    if (every == 0)
+        return;
+    if ((d->watchdog = event_new(d->base, -1, EV_PERSIST, on_watchdog, d)) == NULL)
+        fatalx("watchdog: out of memory");
+    tv.tv_sec = (time_t)(every / 1000);
+    tv.tv_usec = (suseconds_t)(every % 1000) * 1000;
+    evtimer_add(d->watchdog, &tv);
+}
+
+/* Frees everything. Holds stay in Redis until their lease: clients learn
+ * nothing from a release they did not ask for, and a daemon that restarts
+ * quickly does not hand their locks to others meanwhile. */
 static void dlockd_free(struct dlockd *d)
 {
     redis_close(d->redis);
+    admin_stop(d);
     conn_close_all(d);
     session_free_all(d);
     wait_free_all(d);
     redis_free(d->redis);
+    if (d->watchdog)
+        event_free(d->watchdog);
     event_free(d->renew_timer);
     dict_free(d->sessions);
     dict_free(d->holds);
@@ -70,30 +131,47 @@ static void dlockd_free(struct dlockd *d)
     event_base_free(d->base);
 }
 
-int main(int argc, char **argv)
+static void parse_args(int argc, char **argv, struct args *a, int *test_config)
 {
-    struct dlockd d;
-    struct event *sigint, *sigterm;
-    const char *file = NULL;
-    char err[1024];
-    int first = 1;
+    int i = 1;
 
     if (argc > 1 && (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-v") == 0)) {
         printf("dlockd %s\n", PACKAGE_VERSION);
-        return 0;
+        exit(0);
     }
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
         usage();
-    if (argc > 1 && strncmp(argv[1], "--", 2) != 0) {
-        file = argv[1];
-        first = 2;
-    }
+    *test_config = argc > 1 && strcmp(argv[1], "--test-config") == 0;
+    i += *test_config;
+    a->file = NULL;
+    if (i < argc && strncmp(argv[i], "--", 2) != 0)
+        a->file = argv[i++];
+    a->argc = argc - i;
+    a->argv = argv + i;
+}
+
+int main(int argc, char **argv)
+{
+    struct event *sigint, *sigterm, *sighup;
+    struct dlockd d;
+    struct args a;
+    char err[1024];
+    int test_config;
+
+    parse_args(argc, argv, &a, &test_config);
     memset(&d, 0, sizeof(d));
-    if (config_load(&d.cfg, file, argc - first, argv + first, err, sizeof(err))) {
+    if (config_load(&d.cfg, a.file, a.argc, a.argv, err, sizeof(err))) {
         fprintf(stderr, "dlockd: %s\n", err);
         return 1;
     }
+    if (test_config) {
+        printf("OK\n");
+        config_free(&d.cfg);
+        return 0;
+    }
+    d.args = &a;
     log_set_level(d.cfg.log_level);
+    log_set_syslog(d.cfg.log_syslog);
     signal(SIGPIPE, SIG_IGN);
     if ((d.base = event_base_new()) == NULL)
         fatalx("event_base_new failed");
@@ -106,20 +184,24 @@ int main(int argc, char **argv)
     d.names = dict_new();
     d.latches = dict_new();
     TAILQ_INIT(&d.conns);
-    if (server_listen(&d))
+    if (server_listen(&d) || admin_start(&d))
         return 1;
     d.redis = redis_new(&d);
     redis_start(d.redis);
     renew_start(&d);
-    sigint = evsignal_new(d.base, SIGINT, on_signal, &d);
-    sigterm = evsignal_new(d.base, SIGTERM, on_signal, &d);
+    watchdog_start(&d);
+    sigint = evsignal_new(d.base, SIGINT, on_stop, &d);
+    sigterm = evsignal_new(d.base, SIGTERM, on_stop, &d);
+    sighup = evsignal_new(d.base, SIGHUP, on_reload, &d);
     evsignal_add(sigint, NULL);
     evsignal_add(sigterm, NULL);
+    evsignal_add(sighup, NULL);
     log_info("dlockd %s started, id %s", PACKAGE_VERSION, d.id);
     event_base_dispatch(d.base);
     server_close(&d);
     event_free(sigint);
     event_free(sigterm);
+    event_free(sighup);
     dlockd_free(&d);
     log_info("dlockd stopped; holds are left to their lease in Redis");
     return 0;

@@ -15,6 +15,7 @@
 #include "latch.h"
 #include "wait.h"
 #include "log.h"
+#include "notify.h"
 #include "redis.h"
 #include "renew.h"
 
@@ -31,6 +32,7 @@ struct redis {
     struct event *reconnect;
     char latch_channel[256]; /* where a latch that reaches 0 is announced */
     int closed;              /* shutting down: no reconnects */
+    uint64_t answering_sent; /* sent time of the call whose callback runs */
 };
 
 struct redis_call {
@@ -40,6 +42,7 @@ struct redis_call {
     void *arg;
     int answered;             /* cb was called */
     int retried;              /* resent with EVAL after NOSCRIPT */
+    uint64_t sent;            /* monotonic us */
     struct deadline timeout;
     int argc;
     const char **argv;        /* EVALSHA sha nkeys argv... */
@@ -108,11 +111,22 @@ static void call_free(struct redis_call *call)
     free(call);
 }
 
+uint64_t redis_answering_sent(const struct redis *rd)
+{
+    return rd->answering_sent;
+}
+
 static void call_answer(struct redis_call *call, redisReply *r)
 {
+    struct redis *rd = call->rd;
+
     call->answered = 1;
-    deadline_cancel(call->rd->d->deadlines, &call->timeout);
-    call->cb(call->rd->d, r, call->arg);
+    deadline_cancel(rd->d->deadlines, &call->timeout);
+    if (r)
+        histo_add(&rd->d->stats.backend, now_us() - call->sent);
+    rd->answering_sent = r ? call->sent : 0;
+    call->cb(rd->d, r, call->arg);
+    rd->answering_sent = 0;
 }
 
 static void call_timeout(struct deadline *dl)
@@ -199,6 +213,7 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
         call->argv[i] = call->own[i];
         call->lens[i] = strlen(call->own[i]);
     }
+    call->sent = now_us();
     if (call_send(call)) {
         call_free(call);
         return -1;
@@ -251,6 +266,12 @@ static void became_ready(struct redis *rd)
         return;
     rd->backoff = BACKOFF_MIN_MS;
     log_info("backend: connected");
+    if (!rd->d->ready) {
+        rd->d->ready = 1;
+        notify("READY=1\nSTATUS=serving, Redis connected");
+    } else {
+        notify("STATUS=serving, Redis connected again");
+    }
     renew_now(rd->d);
 }
 
@@ -346,6 +367,7 @@ static void link_down(struct redis *rd, const char *why)
     if (rd->closed || event_pending(rd->reconnect, EV_TIMEOUT, NULL))
         return;
     log_warnx("backend: link down (%s), retrying in %dms", why ? why : "?", rd->backoff);
+    notify("STATUS=Redis unreachable (%s), retrying", why ? why : "?");
     rd->ac = rd->sub = NULL;
     rd->ac_ready = rd->sub_ready = 0;
     tv.tv_sec = rd->backoff / 1000;

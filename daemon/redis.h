@@ -36,6 +36,8 @@ int redis_jeopardy(const struct redis *rd);
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg);
 
+/* While a callback runs: when its call was sent (monotonic us); else 0. */
+uint64_t redis_answering_sent(const struct redis *rd);
 /* Called by the renewal task when a renewal succeeded: ends jeopardy. */
 void redis_renewed(struct redis *rd);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -66,6 +67,8 @@ static struct evconnlistener *listen_unix(struct dlockd *d, const struct addr *a
     unlink(a->path);
     l = evconnlistener_new_bind(d->base, on_accept, d, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128,
                                 (struct sockaddr *)&sun, sizeof(sun));
+    if (l && chmod(a->path, (mode_t)d->cfg.unixsocket_perm) < 0)
+        log_warn("server: chmod %s", a->path);
     return l;
 }
 
@@ -92,6 +95,32 @@ static struct evconnlistener *listen_tcp(struct dlockd *d, const struct addr *a)
     return l;
 }
 
+/* Takes the sockets systemd passed (socket activation). Returns how many. */
+static int listen_inherited(struct dlockd *d, struct server *srv)
+{
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+    int n;
+
+    if (pid == NULL || fds == NULL || strtol(pid, NULL, 10) != (long)getpid())
+        return 0;
+    n = (int)strtol(fds, NULL, 10);
+    unsetenv("LISTEN_PID");
+    unsetenv("LISTEN_FDS");
+    unsetenv("LISTEN_FDNAMES");
+    for (int i = 0; i < n && srv->n < CONFIG_MAX_LISTEN; i++) {
+        struct evconnlistener *l;
+        evutil_make_socket_nonblocking(3 + i);
+        evutil_make_socket_closeonexec(3 + i);
+        l = evconnlistener_new(d->base, on_accept, d, LEV_OPT_CLOSE_ON_FREE, -1, 3 + i);
+        if (l == NULL)
+            fatalx("server: cannot use socket %d from systemd", 3 + i);
+        evconnlistener_set_error_cb(l, on_accept_error);
+        srv->listeners[srv->n++] = l;
+    }
+    log_info("server: listening on %d socket(s) from systemd", srv->n);
+    return srv->n;
+}
+
 int server_listen(struct dlockd *d)
 {
     struct server *srv = calloc(1, sizeof(*srv));
@@ -100,6 +129,8 @@ int server_listen(struct dlockd *d)
     if (srv == NULL)
         fatalx("server: out of memory");
     d->server = srv;
+    if (listen_inherited(d, srv))
+        return 0;
     for (int i = 0; i < d->cfg.nlisten; i++) {
         const struct addr *a = &d->cfg.listen[i];
         struct evconnlistener *l = a->is_unix ? listen_unix(d, a) : listen_tcp(d, a);

@@ -1,4 +1,4 @@
-/* stats.h - counters and the INFO document. */
+/* stats.h - counters, latency histograms, and the INFO and /metrics documents. */
 #ifndef DLOCKD_STATS_H
 #define DLOCKD_STATS_H
 
@@ -7,9 +7,22 @@
 #include "proto.h"
 
 struct dlockd;
+struct evbuffer;
+
+enum outcome { OUT_OK, OUT_BUSY, OUT_TIMEOUT, OUT_ERROR, OUT_COUNT };
+
+#define HISTO_BUCKETS 16
+
+/* A latency histogram with fixed upper bounds (histo_bounds_us). */
+struct histo {
+    uint64_t counts[HISTO_BUCKETS + 1]; /* per bucket, the last for +Inf */
+    uint64_t n;
+    uint64_t sum_us;
+};
 
 struct stats {
-    uint64_t requests[VERB_NVERBS]; /* requests by verb */
+    uint64_t requests[VERB_NVERBS];                 /* requests by verb */
+    uint64_t outcomes[VERB_NVERBS + 1][OUT_COUNT];  /* replies by verb (last: unparsed) and outcome */
     uint64_t grants;                /* holds granted (new or reentered) */
     uint64_t timeouts;              /* waits that ended in TIMEOUT */
     uint64_t busy;                  /* BUSY replies */
@@ -18,9 +31,16 @@ struct stats {
     uint64_t lost;                  /* holds lost while their session lived */
     uint64_t renewals;              /* renew script calls */
     uint64_t renewed;               /* leases renewed */
+    struct histo backend;           /* Redis round trip of a script */
+    struct histo handoff;           /* release script sent -> queued waiter answered */
 };
 
+void histo_add(struct histo *h, uint64_t us);
+/* Counts a reply body ("OK ...", "BUSY", "TIMEOUT", "ERR ...") of verb (VERB_NVERBS when unparsed). */
+void stats_reply(struct stats *st, enum proto_verb verb, const char *body);
 /* The INFO document as a JSON string (malloc'ed), one line. */
 char *stats_info_json(struct dlockd *d);
+/* Appends the Prometheus text exposition of every metric. */
+void stats_metrics(struct dlockd *d, struct evbuffer *out);
 
 #endif

@@ -92,7 +92,10 @@ static void wait_granted(struct wait *w, const char *tokens, const char *counts,
         if (r)
             req_drop(r);
     } else {
+        uint64_t sent = redis_answering_sent(d->redis);
         d->stats.grants++;
+        if (w->queued && sent)
+            histo_add(&d->stats.handoff, now_us() - sent);
         if (w->kind == WAIT_SEM)
             req_reply(r, "OK", "token=%s held=%s free=%s", tokens, counts, free_permits);
         else if (w->nnames > 1)

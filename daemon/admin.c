@@ -1,0 +1,89 @@
+/* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
+ * (200 only while Redis is reachable) and /status (the INFO document). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "admin.h"
+#include "dlockd.h"
+#include "log.h"
+#include "redis.h"
+#include "stats.h"
+
+static void reply(struct evhttp_request *req, int code, const char *reason, const char *type, struct evbuffer *body)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
+    evhttp_send_reply(req, code, reason, body);
+}
+
+static void on_metrics(struct evhttp_request *req, void *arg)
+{
+    struct evbuffer *body = evbuffer_new();
+
+    stats_metrics(arg, body);
+    reply(req, HTTP_OK, "OK", "text/plain; version=0.0.4", body);
+    evbuffer_free(body);
+}
+
+static void on_healthz(struct evhttp_request *req, void *arg)
+{
+    struct dlockd *d = arg;
+    struct evbuffer *body = evbuffer_new();
+    int up = redis_up(d->redis);
+
+    evbuffer_add_printf(body, "%s\n", up ? "ok" : "backend down");
+    reply(req, up ? HTTP_OK : 503, up ? "OK" : "Service Unavailable", "text/plain", body);
+    evbuffer_free(body);
+}
+
+static void on_status(struct evhttp_request *req, void *arg)
+{
+    struct evbuffer *body = evbuffer_new();
+    char *json = stats_info_json(arg);
+
+    evbuffer_add_printf(body, "%s\n", json);
+    free(json);
+    reply(req, HTTP_OK, "OK", "application/json", body);
+    evbuffer_free(body);
+}
+
+static void on_other(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics, /healthz or /status");
+}
+
+int admin_start(struct dlockd *d)
+{
+    const struct addr *a = &d->cfg.admin;
+
+    if (!d->cfg.admin_on)
+        return 0;
+    if (a->is_unix) {
+        log_warnx("admin: admin-listen takes HOST:PORT");
+        return -1;
+    }
+    if ((d->http = evhttp_new(d->base)) == NULL)
+        fatalx("admin: out of memory");
+    evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_cb(d->http, "/metrics", on_metrics, d);
+    evhttp_set_cb(d->http, "/healthz", on_healthz, d);
+    evhttp_set_cb(d->http, "/status", on_status, d);
+    evhttp_set_gencb(d->http, on_other, d);
+    if (evhttp_bind_socket(d->http, a->host, (ev_uint16_t)a->port) != 0) {
+        log_warn("admin: cannot listen on %s:%d", a->host, a->port);
+        return -1;
+    }
+    log_info("admin: http://%s:%d/metrics", a->host, a->port);
+    return 0;
+}
+
+void admin_stop(struct dlockd *d)
+{
+    if (d->http)
+        evhttp_free(d->http);
+    d->http = NULL;
+}
