@@ -140,7 +140,7 @@ static int add_wait(const char *key, void *val, void *arg)
         return 0;
     snprintf(member, sizeof(member), "@%s", w->wid);
     for (int i = 0; i < w->nnames; i++)
-        add(cy, w->names[i], member, cy->d->cfg.lock_lease * 2 / 3, key, "");
+        add(cy, w->names[i], member, cy->d->cfg.lock_lease, key, "");
     return 0;
 }
 

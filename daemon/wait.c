@@ -261,7 +261,7 @@ void wait_submit(struct wait *w)
     snprintf(who, sizeof(who), "%s", w->hid + 1);
     snprintf(ttl, sizeof(ttl), "%" PRId64, l);
     snprintf(lease, sizeof(lease), "%" PRId64, w->lease > 0 ? w->lease : d->cfg.lock_lease);
-    snprintf(qttl, sizeof(qttl), "%" PRId64, d->cfg.lock_lease * 2 / 3);
+    snprintf(qttl, sizeof(qttl), "%" PRId64, d->cfg.lock_lease);
     snprintf(k, sizeof(k), "%lld", w->k);
     snprintf(limit, sizeof(limit), "%lld", w->limit);
     args[n++] = who;
