@@ -113,20 +113,22 @@ static void leave(struct dlock *h)
     pthread_mutex_unlock(&h->mu);
 }
 
-void dlock_close(dlock_t *h)
+void dlock_shutdown(dlock_t *h)
 {
     struct dl_req *r, *next;
 
     if (h == NULL || pthread_equal(pthread_self(), h->io))
         return;
     pthread_mutex_lock(&h->mu);
+    if (h->closing) {
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
     h->closing = 1;
     for (r = h->reqs; r; r = next) {
         next = r->next;
         req_finish(h, r, DLOCK_ERR_CLOSED);
     }
-    while (h->active > 0)
-        pthread_cond_wait(&h->cv, &h->mu);
     if (h->up && !h->session_dead && (r = req_new(K_QUIT, "QUIT", DL_NO_WAIT)) != NULL) {
         /* QUIT releases every hold at once instead of when the session expires. */
         r->deadline = dl_now() + (h->opt.request_ms < 2000 ? h->opt.request_ms : 2000);
@@ -135,6 +137,17 @@ void dlock_close(dlock_t *h)
         if (!r->abandoned)
             req_free(r);
     }
+    pthread_mutex_unlock(&h->mu);
+}
+
+void dlock_close(dlock_t *h)
+{
+    if (h == NULL || pthread_equal(pthread_self(), h->io))
+        return;
+    dlock_shutdown(h);
+    pthread_mutex_lock(&h->mu);
+    while (h->active > 0)
+        pthread_cond_wait(&h->cv, &h->mu);
     h->stop = 1;
     pthread_mutex_unlock(&h->mu);
     io_wake(h);

@@ -137,9 +137,17 @@ int dlock_options_set_event_callback(dlock_options_t *o, dlock_event_cb cb, void
  */
 int dlock_connect(dlock_t **hp, const dlock_options_t *o);
 /*
- * Ends the session (QUIT: every hold is released, waiting calls end), stops
- * the I/O thread and frees h. Calls blocked in other threads return
- * DLOCK_ERR_CLOSED; no new call may start on h. Not from the callback.
+ * Ends the session (QUIT: every hold is released at once). Calls blocked in
+ * other threads return DLOCK_ERR_CLOSED, and so does every later call; h
+ * stays valid until dlock_close(). Any thread may call it, more than once.
+ * Use it to cancel a wait from another thread (say, on a signal).
+ */
+void dlock_shutdown(dlock_t *h);
+/*
+ * dlock_shutdown(), then waits until no call is running on h, stops the I/O
+ * thread and frees h. No call may start on h once dlock_close() has begun
+ * (use dlock_shutdown() first when other threads might still call). Not from
+ * the callback.
  */
 void dlock_close(dlock_t *h);
 

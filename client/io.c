@@ -390,6 +390,8 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
         h->first_rc = 0;
         pthread_cond_broadcast(&h->cv);
     }
+    if (h->closing)
+        io_queue(h, "#bye QUIT\n", 10); /* shut down meanwhile: end the session now */
 }
 
 /* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */

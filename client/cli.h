@@ -1,0 +1,37 @@
+/* cli.h - the dlock command: settings shared by its files, exit statuses. */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include "dlock.h"
+
+/* Exit statuses (dlock(1) documents them). */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1        /* status/info/ping: the request failed, or no connection */
+#define CLI_EXIT_USAGE 2       /* status/info/ping: bad command line */
+#define CLI_EXIT_TIMEOUT 75    /* run: not granted within --wait (EX_TEMPFAIL); -E changes it */
+#define CLI_EXIT_LOST 76       /* run: the lock was lost while CMD ran, CMD was terminated */
+#define CLI_EXIT_RUNFAIL 125   /* run: dlock itself failed (usage, connection, server error) */
+#define CLI_EXIT_NOEXEC 126    /* run: CMD could not be executed */
+#define CLI_EXIT_NOTFOUND 127  /* run: CMD was not found */
+
+/* The command line. */
+struct cli {
+    const char *addr;        /* --addr, else $DLOCK_ADDR, else the library's default */
+    long long ttl_ms;        /* --ttl: session ttl (0: the server's default) */
+    const char *name;        /* --name: client name shown by STATUS */
+    int json;                /* --json: machine-readable output */
+    long long wait_ms;       /* run --wait (default: no limit) */
+    int shared;              /* run --shared */
+    int limit;               /* run --semaphore LIMIT; 0 for a lock */
+    long long grace_ms;      /* run --grace: SIGTERM to SIGKILL after a lost lock */
+    int timeout_status;      /* run -E: exit status when --wait runs out */
+};
+
+/* Connects with the settings of c; prints why not and returns NULL on failure. */
+dlock_t *cli_connect(const struct cli *c, dlock_event_cb cb, void *arg);
+/* Prints "dlock: " and the message to stderr (a JSON object with --json). */
+void cli_msg(const struct cli *c, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dlock run: returns the exit status. */
+int cli_run(const struct cli *c, const char *name, char **cmd);
+
+#endif

@@ -1,0 +1,259 @@
+#!/bin/sh
+# check_cli.sh - tests of the dlock command against a private redis-server and dlockd (on unix
+# sockets), of the man pages, and of `make install DESTDIR=...` with an outside program built
+# against the installed library through pkg-config.
+# Run by `make check` from the build directory, with $top_srcdir pointing at the sources; by
+# hand: cd BUILDDIR && top_srcdir=SRCDIR SRCDIR/tests/check_cli.sh
+set -u
+
+build=$(pwd)
+top=${top_srcdir:-$(dirname "$0")/..}
+DLOCK=$build/client/dlock
+DLOCKD=$build/daemon/dlockd
+REDIS=${REDIS_SERVER:-$(command -v redis-server || echo redis-server)}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/check_cli.XXXXXX") || exit 1
+pids=""
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); echo "ok - $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL - $*"; }
+# check DESCRIPTION COMMAND...: the command succeeds.
+check() { d=$1; shift; if "$@"; then ok "$d"; else fail "$d"; fi; }
+# status_is DESCRIPTION WANT GOT
+status_is() { if [ "$3" -eq "$2" ]; then ok "$1 (status $3)"; else fail "$1: status $3, expected $2"; fi; }
+# matches STRING REGEX: expr's anchored match.
+matches() { expr "$1" : "$2" >/dev/null; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# wait_until TIMEOUT_MS COMMAND...: polls until the command succeeds. 0 or 1.
+wait_until() {
+    t_end=$(($(now_ms) + $1)); shift
+    while ! "$@" >/dev/null 2>&1; do
+        [ "$(now_ms)" -ge "$t_end" ] && return 1
+        sleep 0.05
+    done
+}
+spawn() { "$@" & pids="$pids $!"; }
+alive() { kill -0 "$1" 2>/dev/null; }
+
+cleanup() {
+    for p in $pids; do kill -CONT "$p" 2>/dev/null; kill "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    if [ "$failed" -eq 0 ] && [ -z "${KEEP:-}" ]; then rm -rf "$tmp"; else echo "logs kept in $tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# ---------------------------------------------------------------- servers
+
+spawn "$REDIS" --port 0 --unixsocket "$tmp/redis.sock" --save "" --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1
+wait_until 5000 test -S "$tmp/redis.sock" || { echo "redis-server did not start"; cat "$tmp/redis.log"; exit 1; }
+spawn "$DLOCKD" --listen "unix:$tmp/dlockd.sock" --redis "unix:$tmp/redis.sock" --session-ttl-min 500ms \
+    --log-level debug >"$tmp/dlockd.log" 2>&1
+DLOCKD_PID=$!
+export DLOCK_ADDR="unix:$tmp/dlockd.sock"
+unset DLOCK_PASSWORD
+wait_until 5000 "$DLOCK" ping || { echo "dlockd did not start"; tail "$tmp/dlockd.log"; exit 1; }
+
+# held NAME: someone holds NAME.
+held() { "$DLOCK" status "$1" | grep -q ' [1-9][0-9]* holders\?,'; }
+waiting() { "$DLOCK" --json status "$1" | grep -q '"waiters":[1-9]'; }
+
+# ---------------------------------------------------------------- ping, info, status
+
+out=$("$DLOCK" ping); st=$?
+status_is "ping" 0 $st
+check "ping prints PONG" matches "$out" 'PONG [0-9.]* ms$'
+check "ping --json" sh -c "\"$DLOCK\" --json ping | grep -q '^{\"ok\":true,\"rtt_ms\":[0-9.]*}\$'"
+check "info for people" sh -c "\"$DLOCK\" info | grep -q '^version: '"
+check "info --json" sh -c "\"$DLOCK\" --json info | grep -q '^{.*\"version\"'"
+check "status of an unused name" sh -c "\"$DLOCK\" status nothing-here | grep -qx 'nothing-here: not in use'"
+check "status --json of an unused name" sh -c "\"$DLOCK\" status --json nothing-here | grep -q '\"type\":null'"
+"$DLOCK" --addr "unix:$tmp/nobody.sock" ping 2>"$tmp/err"; st=$?
+status_is "ping without a server" 1 $st
+check "it says why" grep -q "cannot connect to unix:$tmp/nobody.sock" "$tmp/err"
+"$DLOCK" status 2>/dev/null; status_is "status without NAME is a usage error" 2 $?
+"$DLOCK" frob 2>/dev/null; status_is "unknown command" 2 $?
+"$DLOCK" run 2>/dev/null; status_is "run without NAME and CMD" 125 $?
+"$DLOCK" run --wait soon x -- true 2>/dev/null; status_is "run with a bad --wait" 125 $?
+"$DLOCK" --addr "unix:$tmp/nobody.sock" run x -- true 2>/dev/null; status_is "run without a server" 125 $?
+
+# ---------------------------------------------------------------- run: status, token
+
+"$DLOCK" run st -- sh -c 'exit 3'; status_is "run exits with CMD's status" 3 $?
+"$DLOCK" run st -- /nonexistent/cmd 2>"$tmp/err"; status_is "CMD not found" 127 $?
+check "not found is reported" grep -q "/nonexistent/cmd" "$tmp/err"
+"$DLOCK" run st -- "$tmp" 2>/dev/null; status_is "CMD not executable" 126 $?
+t1=$("$DLOCK" run tok -- sh -c 'echo "$DLOCK_TOKEN"')
+t2=$("$DLOCK" run tok -- sh -c 'echo "$DLOCK_TOKEN"')
+check "DLOCK_TOKEN is a 16-digit token" matches "$t1" '[1-9][0-9]\{15\}$'
+check "DLOCK_TOKEN grows ($t1 < $t2)" test "$t1" -lt "$t2"
+check "DLOCK_NAME is set" sh -c "[ \"\$(\"$DLOCK\" run tok -- sh -c 'echo \$DLOCK_NAME')\" = tok ]"
+check "the lock is free again after CMD" sh -c "! \"$DLOCK\" status tok | grep -q holder"
+
+# ---------------------------------------------------------------- run: two runs serialize
+
+: >"$tmp/order"
+spawn "$DLOCK" run ser -- sh -c "echo start1 >>'$tmp/order'; sleep 1; echo end1 >>'$tmp/order'"
+first=$!
+check "the first run holds the lock" wait_until 5000 held ser
+t0=$(now_ms)
+"$DLOCK" run ser -- sh -c "echo start2 >>'$tmp/order'"; st=$?
+took=$(($(now_ms) - t0))
+wait "$first"
+status_is "the second run waits and succeeds" 0 $st
+check "the second CMD started after the first ended" test "$(tr '\n' ' ' <"$tmp/order")" = "start1 end1 start2 "
+check "the second run waited (${took} ms)" test "$took" -ge 500
+
+# ---------------------------------------------------------------- run: timeouts, shared, semaphores
+
+spawn "$DLOCK" run busy -- sleep 3
+holder=$!
+wait_until 5000 held busy
+t0=$(now_ms)
+"$DLOCK" run --wait 300ms busy -- true 2>"$tmp/err"; st=$?
+took=$(($(now_ms) - t0))
+status_is "--wait runs out" 75 $st
+check "after the wait (${took} ms)" test "$took" -ge 250
+check "the timeout is reported" grep -q "busy: not granted" "$tmp/err"
+"$DLOCK" run -n busy -- true 2>/dev/null; status_is "--nonblock on a taken lock" 75 $?
+"$DLOCK" run -E 9 --wait 0 busy -- true 2>/dev/null; status_is "-E sets the timeout status" 9 $?
+"$DLOCK" --json run -n busy -- true 2>"$tmp/err"
+check "--json messages on stderr" grep -q '^{"event":"timeout","message":' "$tmp/err"
+kill "$holder"; wait "$holder" 2>/dev/null
+
+spawn "$DLOCK" run --shared rw -- sleep 2
+reader=$!
+wait_until 5000 held rw
+"$DLOCK" run --shared -n rw -- true; status_is "two shared runs at once" 0 $?
+"$DLOCK" run -n rw -- true 2>/dev/null; status_is "exclusive beside a shared one" 75 $?
+kill "$reader"; wait "$reader" 2>/dev/null
+
+spawn "$DLOCK" run --semaphore 2 pool -- sleep 3
+p1=$!
+spawn "$DLOCK" run --semaphore 2 pool -- sleep 3
+p2=$!
+check "two permits taken" wait_until 5000 sh -c "\"$DLOCK\" status pool | grep -q '0 free, 2 holders'"
+"$DLOCK" run --semaphore 2 -n pool -- true 2>/dev/null; status_is "a third permit is not free" 75 $?
+kill "$p1" "$p2"; wait "$p1" "$p2" 2>/dev/null
+"$DLOCK" run --semaphore 2 -n pool -- true; status_is "permits come back when the runs end" 0 $?
+
+# ---------------------------------------------------------------- run: signals
+
+spawn "$DLOCK" run sig -- sh -c "trap 'exit 7' USR1; echo ready >'$tmp/ready'; while :; do sleep 0.05; done"
+runner=$!
+wait_until 5000 test -s "$tmp/ready"
+kill -USR1 "$runner"
+wait "$runner"; status_is "SIGUSR1 is passed to CMD (which exits 7)" 7 $?
+
+spawn "$DLOCK" run sig -- sleep 30
+runner=$!
+wait_until 5000 held sig
+kill -TERM "$runner"
+wait "$runner"; status_is "SIGTERM is passed to CMD (128+15)" 143 $?
+check "the lock is released" sh -c "\"$DLOCK\" run -n sig -- true"
+
+spawn "$DLOCK" run sigw -- sleep 30
+holder=$!
+wait_until 5000 held sigw
+"$DLOCK" run sigw -- touch "$tmp/should-not-exist" 2>"$tmp/err" &
+waiter=$!
+pids="$pids $waiter"
+check "the second run waits" wait_until 5000 waiting sigw
+kill -INT "$waiter"
+wait "$waiter"; status_is "a signal ends the wait (128+2)" 130 $?
+check "and says so" grep -q "while waiting for sigw" "$tmp/err"
+check "its CMD never ran" test ! -e "$tmp/should-not-exist"
+check "it left the queue" wait_until 3000 sh -c "\"$DLOCK\" --json status sigw | grep -q '\"waiters\":0'"
+kill "$holder"; wait "$holder" 2>/dev/null
+
+# ---------------------------------------------------------------- run: a lost lock terminates CMD
+
+# The session ttl is 1s; dlock is stopped for 2s, so dlockd expires the session and releases the lock.
+rm -f "$tmp/child"
+"$DLOCK" run --ttl 1s --grace 1s lost -- sh -c "echo \$\$ >'$tmp/child'; exec sleep 30" 2>"$tmp/err" &
+runner=$!
+pids="$pids $runner"
+wait_until 5000 test -s "$tmp/child"
+child=$(cat "$tmp/child")
+kill -STOP "$runner"
+sleep 2
+check "meanwhile another run gets the lock" "$DLOCK" run -n lost -- true
+kill -CONT "$runner"
+wait "$runner"; st=$?
+status_is "a lost lock ends the run" 76 $st
+check "CMD was terminated" sh -c "! kill -0 $child 2>/dev/null"
+check "dlock said so" grep -q "lost the lock lost (expired)" "$tmp/err"
+"$DLOCK" run --ttl 1s --grace 500ms lost -- sh -c "trap '' TERM; echo \$\$ >'$tmp/child'; exec sleep 30" \
+    2>"$tmp/err" &
+runner=$!
+pids="$pids $runner"
+: >"$tmp/child"
+wait_until 5000 test -s "$tmp/child"
+kill -STOP "$runner"
+sleep 2
+kill -CONT "$runner"
+wait "$runner"; status_is "CMD that ignores SIGTERM" 76 $?
+check "dlock reported the loss" grep -q "lost the lock lost (expired): sending SIGTERM" "$tmp/err"
+check "and the SIGKILL after the grace period" grep -q "sending SIGKILL" "$tmp/err"
+check "CMD is gone" sh -c "! kill -0 $(cat "$tmp/child") 2>/dev/null"
+
+# ---------------------------------------------------------------- man pages
+
+for page in dlockd.8 dlockd.conf.5 dlock.1 libdlock.3; do
+    src=$top/man/$page.in
+    check "man/$page.in has a title and NAME" sh -c "grep -q '^\.TH ' '$src' && grep -q '^\.SH NAME' '$src'"
+    check "man/$page is built" test -s "$build/man/$page"
+done
+keys=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$top/daemon/config.c")
+check "config keys found in daemon/config.c" test -n "$keys"
+for key in $keys; do
+    roff=$(echo "$key" | sed 's/-/\\\\-/g')
+    check "dlockd.conf(5) documents $key" grep -q "^\.BI $roff " "$top/man/dlockd.conf.5.in"
+done
+check "dlockd(8) shows the invocation" sh -c "grep -q 'CONFIG-FILE' '$top/man/dlockd.8.in' && grep -q 'key.*value' '$top/man/dlockd.8.in'"
+for code in 75 76 125 126 127; do
+    check "dlock(1) documents exit status $code" grep -Eq "^([0-9]+, )*$code(, [0-9]+)*\$" "$top/man/dlock.1.in"
+done
+
+# ---------------------------------------------------------------- make install, and an outside program
+
+inst=$tmp/inst
+if env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "${MAKE:-make}" -C "$build" install DESTDIR="$inst" >"$tmp/install.log" 2>&1; then
+    ok "make install DESTDIR=..."
+else
+    fail "make install DESTDIR=... (see $tmp/install.log)"
+fi
+pc=$(find "$inst" -name libdlock.pc | head -1)
+for f in dlock.h libdlock.so bin/dlock sbin/dlockd man1/dlock.1 man3/libdlock.3 man5/dlockd.conf.5 man8/dlockd.8; do
+    check "installed: $f" sh -c "find '$inst' -path '*/$f' | grep -q ."
+done
+check "installed: libdlock.pc" test -n "$pc"
+if [ -n "$pc" ]; then
+    # The .pc file names the final prefix; PKG_CONFIG_SYSROOT_DIR puts DESTDIR in front of it.
+    export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$inst
+    flags=$(pkg-config --cflags --libs libdlock); st=$?
+    status_is "pkg-config --cflags --libs libdlock: $flags" 0 $st
+    # The same CFLAGS/LDFLAGS as this build (a sanitizer build needs them to link).
+    cflags=$(sed -n 's/^CFLAGS = //p' "$build/Makefile")
+    ldflags=$(sed -n 's/^LDFLAGS = //p' "$build/Makefile")
+    # shellcheck disable=SC2086
+    if ${CC:-cc} $cflags "$top/client/examples/counter.c" $flags $ldflags -o "$tmp/counter" 2>"$tmp/cc.log"; then
+        ok "the example builds against the installed library"
+    else
+        fail "the example does not build: $(cat "$tmp/cc.log")"
+    fi
+    libdir=$(dirname "$(find "$inst" -name 'libdlock.so' | head -1)")
+    export LD_LIBRARY_PATH=$libdir
+    check "it runs with the installed library" sh -c "ldd '$tmp/counter' | grep -q '$libdir/libdlock.so'"
+    "$tmp/counter" "$tmp/count" 50 >/dev/null & c1=$!
+    "$tmp/counter" "$tmp/count" 50 >/dev/null & c2=$!
+    wait $c1; s1=$?
+    wait $c2; s2=$?
+    check "two copies of it count to 100 under the lock" test "$s1$s2" = 00 -a "$(cat "$tmp/count")" = 100
+    unset LD_LIBRARY_PATH PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
+fi
+
+check "dlockd is still running" alive "$DLOCKD_PID"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
