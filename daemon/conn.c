@@ -68,7 +68,10 @@ void req_send(struct req *r, const char *body)
     char line[8192];
 
     stats_reply(&r->d->stats, r->pr.verb, body);
-    if (r->idrec)
+    /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
+    if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
+        reqid_dropped(r);
+    else if (r->idrec)
         reqid_answered(r, body);
     if (r->c)
         write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, body, NULL));

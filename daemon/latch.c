@@ -27,9 +27,13 @@ struct awaiter {
 
 /* The awaiters of one latch on this daemon. */
 struct awaiters {
+    struct dlockd *d;
     TAILQ_HEAD(, awaiter) head;
+    struct deadline lapse;     /* when the latch's ttl runs out: read it again */
     char name[PROTO_NAME_MAX + 1];
 };
+
+static void watch_lapse(struct awaiters *list, long long ttl);
 
 static void on_count(struct dlockd *d, redisReply *rep, void *arg)
 {
@@ -81,6 +85,7 @@ static void leave_list(struct awaiter *a)
     TAILQ_REMOVE(&list->head, a, link);
     a->list = NULL;
     if (TAILQ_EMPTY(&list->head)) {
+        deadline_cancel(a->d->deadlines, &list->lapse);
         dict_del(a->d->latches, list->name);
         free(list);
     }
@@ -145,7 +150,43 @@ static void on_read(struct dlockd *d, redisReply *rep, void *arg)
         finish(a, "OK");
     } else if (a->req->pr.wait_ms == 0) {
         finish(a, "TIMEOUT");
+    } else {
+        watch_lapse(a->list, redis_elem_int(rep, f + 1));
     }
+}
+
+static void on_reread(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *name = arg;
+    struct awaiters *list = dict_get(d->latches, name);
+
+    if (rep && list) {
+        size_t f = wait_apply_grants(d, rep);
+        if (redis_elem_int(rep, f) == 0)
+            latch_on_message(d, name);
+        else
+            watch_lapse(list, redis_elem_int(rep, f + 1));
+    }
+    free(name);
+}
+
+/* The latch's ttl ran out while awaiters wait here: a latch that is gone releases them. */
+static void on_lapse(struct deadline *dl)
+{
+    struct awaiters *list = container_of(dl, struct awaiters, lapse);
+    const char *names[] = { list->name };
+    char *name = strdup(list->name);
+
+    if (name == NULL)
+        fatalx("latch: out of memory");
+    if (hold_script(list->d, SCRIPT_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
+        free(name);
+}
+
+static void watch_lapse(struct awaiters *list, long long ttl)
+{
+    if (list && ttl >= 0)
+        deadline_arm(list->d->deadlines, &list->lapse, now_ms() + (uint64_t)ttl + 1);
 }
 
 void latch_await(struct req *r)
@@ -160,7 +201,9 @@ void latch_await(struct req *r)
     if (list == NULL) {
         if ((list = calloc(1, sizeof(*list))) == NULL)
             fatalx("latch: out of memory");
+        list->d = d;
         TAILQ_INIT(&list->head);
+        deadline_init(&list->lapse, on_lapse);
         snprintf(list->name, sizeof(list->name), "%s", name);
         dict_set(d->latches, name, list);
     }

@@ -122,15 +122,16 @@ local function inspect(s, hid, k)
         end
         return nil, nil, own, free
     end
+    local cf, cv
     for i = 1, #all, 2 do
         local f = all[i]
         if string.sub(f, 2) == who then
             own = true
-        elseif mode == 'x' or string.sub(f, 1, 1) == 'x' then
-            return f, all[i + 1], own, 0
+        elseif cf == nil and (mode == 'x' or string.sub(f, 1, 1) == 'x') then
+            cf, cv = f, all[i + 1]
         end
     end
-    return nil, nil, own, 0
+    return cf, cv, own, 0
 end
 
 -- Grants hid k more counts on s (a new hold, or reentry). Returns token, count.

@@ -1,7 +1,8 @@
 -- latch.lua: creates a count-down latch, counts it down, or reads it.
 -- ARGV from A: op (create, countdown or read), n (count or decrement), ttl (ms).
--- Reply fields: OK count | WRONGTYPE name. Reaching 0 deletes the latch and
--- publishes its name on the latch channel, which every daemon hears.
+-- Reply fields: OK count ttl-ms (-1 without a latch) | WRONGTYPE name.
+-- Reaching 0 deletes the latch and publishes its name on the latch channel,
+-- which every daemon hears.
 local op, n, ttl = ARGV[A], tonumber(ARGV[A + 1]), tonumber(ARGV[A + 2])
 local s = S[1]
 
@@ -21,4 +22,4 @@ elseif op == 'countdown' and count > 0 then
         redis.call('SET', s.l, count, 'KEEPTTL')
     end
 end
-return reply('OK', count)
+return reply('OK', count, count > 0 and redis.call('PTTL', s.l) or -1)

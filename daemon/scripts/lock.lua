@@ -22,8 +22,10 @@ end
 -- Reentry, downgrade and an upgrade nobody blocks skip the queue; others are
 -- granted only where nobody waits.
 local bf, bv
-for _, s in ipairs(S) do
+local owns = {}
+for i, s in ipairs(S) do
     local f, v, own = inspect(s, hid, 1)
+    owns[i] = own
     if f or (not own and redis.call('EXISTS', s.q) == 1) then
         if not f then
             local all = redis.call('HGETALL', s.h)
@@ -72,9 +74,15 @@ if mode == 'x' and redis.call('HEXISTS', S[1].h, 's' .. who) == 1 then
     end
 end
 
+-- An owner that already holds a name (an upgrade) waits at the head of its
+-- queue: everyone behind would wait for its hold anyway.
 local entry = table.concat({ hid, 1, lease, bounded, client, table.concat(NAMES, ' ') }, ' ')
-for _, s in ipairs(S) do
+for i, s in ipairs(S) do
     local seq = redis.call('HINCRBY', s.w, '#seq', 1)
+    if owns[i] then
+        local first = redis.call('ZRANGE', s.q, 0, 0, 'WITHSCORES')
+        seq = first[2] and (tonumber(first[2]) - 1) or seq
+    end
     redis.call('ZADD', s.q, seq, wid)
     redis.call('HSET', s.w, wid, entry)
     redis.call('ZADD', s.x, NOW + qttl, '@' .. wid)
