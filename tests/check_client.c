@@ -191,6 +191,7 @@ START_TEST(test_connect_ping_info)
     ck_assert_msg(strlen(sid) == 16 && strspn(sid, "0123456789abcdef") == 16, "session id '%s'", sid);
     ck_assert_int_eq(dlock_session(h, sid, 16), DLOCK_ERR_INVAL);
     ck_assert_int_eq(dlock_ping(h), 0);
+    ck_assert_str_eq(dlock_version(), PACKAGE_VERSION);
     ck_assert_int_eq(dlock_info(h, &json), 0);
     ck_assert_msg(h_json_has(json, "\"version\":"), "INFO: %s", json);
     ck_assert_int_ge(h_json_int(json, "sessions"), 1);
@@ -657,7 +658,7 @@ START_TEST(test_blocked_lock_does_not_block_others)
 }
 END_TEST
 
-START_TEST(test_close_ends_blocked_calls_and_releases)
+START_TEST(test_shutdown_and_close)
 {
     dlock_t *h = connect_to(D, 0, NULL), *h2 = connect_to(D, 0, NULL);
     struct job j;
@@ -667,12 +668,24 @@ START_TEST(test_close_ends_blocked_calls_and_releases)
     ck_assert_int_eq(dlock_lock(h, "mine", 0, 0, NULL), 0);
     job_start(&j, h, "held", 0, DLOCK_WAIT_INF);
     ck_assert(h_wait_waiters(raw, "held", 1, 5000));
-    dlock_close(h);
+    /* dlock_shutdown() from another thread ends the blocked call; the handle stays valid. */
+    dlock_shutdown(h);
     pthread_join(j.t, NULL);
     ck_assert_int_eq(j.rc, DLOCK_ERR_CLOSED);
+    ck_assert_int_eq(dlock_ping(h), DLOCK_ERR_CLOSED);
+    ck_assert_int_eq(dlock_lock(h, "other", 0, 0, NULL), DLOCK_ERR_CLOSED);
+    dlock_shutdown(h); /* again: nothing happens */
     /* QUIT released "mine" at once. */
     H_REQ(raw, "OK token=%d count=1", "LOCK mine");
+    dlock_close(h);
+
+    /* dlock_close() alone does the same for a call blocked in another thread. */
+    job_start(&j, h2, "mine", 0, DLOCK_WAIT_INF);
+    ck_assert(h_wait_waiters(raw, "mine", 1, 5000));
     dlock_close(h2);
+    pthread_join(j.t, NULL);
+    ck_assert_int_eq(j.rc, DLOCK_ERR_CLOSED);
+    H_REQ(raw, "OK token=%d count=1", "LOCK held");
 }
 END_TEST
 
@@ -836,7 +849,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_error_codes);
     tcase_add_test(tc, test_threads_shared_counter);
     tcase_add_test(tc, test_blocked_lock_does_not_block_others);
-    tcase_add_test(tc, test_close_ends_blocked_calls_and_releases);
+    tcase_add_test(tc, test_shutdown_and_close);
     tcase_add_test(tc, test_reconnect_resumes_session);
     tcase_add_test(tc, test_session_gone_reports_every_hold_lost);
     tcase_add_test(tc, test_heartbeat_deadline_expires_session);
