@@ -107,6 +107,11 @@ static void on_unlock(struct dlockd *d, redisReply *rep, void *arg)
     }
     f = wait_apply_grants(d, rep);
     snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
+    if (strcmp(st, "WRONGTYPE") == 0) {
+        req_err(op->req, PROTO_EWRONGTYPE, "'%s' is in use as another type", redis_elem(rep, f, buf, sizeof(buf)));
+        free(op);
+        return;
+    }
     if (strcmp(st, "OK") != 0) {
         req_err(op->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner",
                 redis_elem(rep, f, buf, sizeof(buf)));
@@ -157,6 +162,8 @@ static json_t *holder_json(const redisReply *rep, size_t i, int semaphore)
 
     snprintf(hid, sizeof(hid), "%s", redis_elem(rep, i, buf, sizeof(buf)));
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
+    if (redis_elem_int(rep, i + 5))
+        snprintf(sid, sizeof(sid), "-"); /* kept for lock-delay: its session is gone */
     owner = strlen(hid) > DLOCKD_ID_LEN + 2 ? hid + DLOCKD_ID_LEN + 2 : "";
     mode = hid[0] == 'x' ? "exclusive" : "shared";
     return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I}", "session", sid, "client",
@@ -176,7 +183,7 @@ static json_t *status_json(const char *name, const redisReply *rep, size_t f)
         return json_pack("{s:s, s:s, s:I}", "name", name, "type", "latch", "count",
                          (json_int_t)redis_elem_int(rep, f + 4));
     holders = json_array();
-    for (size_t i = f + 5; i + 4 < rep->elements; i += 5)
+    for (size_t i = f + 5; i + 5 < rep->elements; i += 6)
         json_array_append_new(holders, holder_json(rep, i, strcmp(kind, "semaphore") == 0));
     doc = json_pack("{s:s, s:o, s:o, s:I}", "name", name, "type", kind[0] ? json_string(kind) : json_null(),
                     "holders", holders, "waiters", (json_int_t)redis_elem_int(rep, f + 1));

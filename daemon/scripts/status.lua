@@ -1,6 +1,7 @@
 -- status.lua: what a name is, who holds it and how many wait.
 -- Reply fields: OK type waiters limit free latch-count, then hid client count
--- token held-ms for each hold.
+-- token held-ms orphaned (1: an expired session's hold kept for lock-delay) for
+-- each hold.
 local s = S[1]
 local latch = redis.call('GET', s.l)
 if latch then
@@ -21,7 +22,7 @@ local out = { kind, redis.call('ZCARD', s.q), limit or 0, free, 0 }
 local all = redis.call('HGETALL', s.h)
 for i = 1, #all, 2 do
     local h = hold_decode(all[i + 1])
-    for _, f in ipairs({ all[i], h.client, h.count, h.token, NOW - h.since }) do
+    for _, f in ipairs({ all[i], h.client, h.count, h.token, NOW - h.since, h.daemon == '-' and 1 or 0 }) do
         table.insert(out, f)
     end
 end

@@ -4,11 +4,17 @@
 -- else shared), all (1 drops every count), token (empty, or the hold must
 -- have it), counts to drop (permits), lock-delay in ms (0: release now; else
 -- the hold stays, ownerless, that long).
--- Reply fields: OK counts modes free | NOTHELD name.
+-- Reply fields: OK counts modes free | NOTHELD name | WRONGTYPE name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
 local k, delay = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5])
 
 local hids, holds, modes = {}, {}, {}
+for _, s in ipairs(S) do
+    local sem = redis.call('EXISTS', s.m) == 1
+    if redis.call('EXISTS', s.l) == 1 or (mode == 'p') ~= sem and (sem or redis.call('EXISTS', s.h, s.q) > 0) then
+        return reply('WRONGTYPE', s.name)
+    end
+end
 for i, s in ipairs(S) do
     local m = mode
     if m == '' then
@@ -27,12 +33,13 @@ end
 
 local counts = {}
 for i, s in ipairs(S) do
-    local h = holds[i]
+    local h, held = holds[i], holds[i].count
     h.count = all and 0 or h.count - k
     if h.count > 0 then
         redis.call('HSET', s.h, hids[i], hold_encode(h))
     elseif delay > 0 then
-        h.daemon, h.count = '-', 1
+        -- Kept whole (every permit), owned by nobody, until the delay ends.
+        h.daemon, h.count = '-', held
         redis.call('HSET', s.h, hids[i], hold_encode(h))
         redis.call('ZADD', s.x, NOW + delay, hids[i])
         tell_waiters(s, delay)
