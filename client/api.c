@@ -342,8 +342,9 @@ static struct dl_hold *unlock_target(struct dlock *h, const char *name, const ch
 int dlock_unlock_ex(dlock_t *h, const char *const *names, int n, unsigned flags, const char *owner, int *counts)
 {
     struct out o = {.counts = counts};
+    const char *left[PROTO_MAX_NAMES];
+    int rc, nleft = 0;
     struct dl_req *r;
-    int rc, lost = 0;
 
     owner = pick_owner(owner);
     if (!valid_names(names, n) || (flags & ~(DLOCK_SHARED | DLOCK_ALL)) || owner == NULL)
@@ -352,30 +353,35 @@ int dlock_unlock_ex(dlock_t *h, const char *const *names, int n, unsigned flags,
         return rc;
     for (int i = 0; i < n; i++) {
         struct dl_hold *hd = unlock_target(h, names[i], owner, flags);
-        if (hd && hd->lost) {
+
+        if (hd && hd->lost)
             holds_remove(&h->holds, hd); /* the application has now heard about the loss */
-            lost = 1;
-        }
+        else
+            left[nleft++] = names[i];
+        if (counts)
+            counts[i] = 0;
     }
-    if (lost) {
+    if (nleft == 0) {
         leave(h);
         return DLOCK_ERR_LOST;
     }
     r = make(K_UNLOCK,
-             body_of("UNLOCK", names, n, (flags & DLOCK_SHARED) ? ((flags & DLOCK_ALL) ? " shared all" : " shared")
-                                                                : ((flags & DLOCK_ALL) ? " all" : ""),
+             body_of("UNLOCK", left, nleft, (flags & DLOCK_SHARED) ? ((flags & DLOCK_ALL) ? " shared all" : " shared")
+                                                                   : ((flags & DLOCK_ALL) ? " all" : ""),
                      0, owner, NULL),
-             DL_NO_WAIT, names, n, owner);
+             DL_NO_WAIT, left, nleft, owner);
     if (r == NULL || strlen(r->body) + 64 > DL_LINE_MAX) {
         rc = r ? DLOCK_ERR_TOOBIG : DLOCK_ERR_NOMEM;
         req_free(r);
     } else {
         r->flags = flags;
         r->mode = (flags & DLOCK_SHARED) ? M_SHARED : M_EXCL;
+        o.counts = nleft == n ? counts : NULL; /* with lost names the counts no longer line up */
         rc = exec(h, r, &o, 1);
     }
     leave(h);
-    return rc;
+    /* Lost names were released too, in a way: the others are released now, but the caller must hear of the loss. */
+    return nleft < n && rc >= 0 ? DLOCK_ERR_LOST : rc;
 }
 
 int dlock_unlock(dlock_t *h, const char *name, unsigned flags)

@@ -177,7 +177,9 @@ int dlock_unlock(dlock_t *h, const char *name, unsigned flags);
  * for the calling thread, "" for the protocol's empty owner), and a lease
  * (lease_ms > 0: the server releases the hold after that long and reports it
  * lost with reason "lease"; 0: none). g has n entries (may be NULL).
- * dlock_unlock_ex() stores the counts left in counts (n entries, may be NULL).
+ * dlock_unlock_ex() stores the counts left in counts (n entries, may be NULL);
+ * when some of the holds had been lost it releases the others and returns
+ * DLOCK_ERR_LOST.
  */
 int dlock_lock_ex(dlock_t *h, const char *const *names, int n, unsigned flags, long long wait_ms,
                   long long lease_ms, const char *owner, struct dlock_grant *g);

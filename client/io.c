@@ -617,8 +617,10 @@ static void *io_main(void *arg)
             serve(h);
         deliver(h);
     }
-    if (h->fd >= 0)
+    if (h->fd >= 0) {
+        flush_out(h); /* a QUIT queued at the last moment */
         close(h->fd);
+    }
     h->fd = -1;
     h->up = 0;
     pthread_mutex_unlock(&h->mu);

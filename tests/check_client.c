@@ -382,6 +382,15 @@ START_TEST(test_multi_names_owner_lease)
     ck_assert_int_eq(dlock_unlock_ex(h, names, 1, 0, "job-9", NULL), DLOCK_ERR_LOST);
     ck_assert_int_eq(dlock_held_ex(h, "m1", "job-9", 0), 0);
     ck_assert_int_eq(lock_other(h, "m1", 0, 0, 1), 0);
+
+    /* Unlocking several names of which one was lost releases the others and reports the loss. */
+    const char *pair[] = {"m5", "m6"};
+    ck_assert_int_eq(dlock_lock_ex(h, pair, 1, 0, 0, 300, "job-10", NULL), 0);
+    ck_assert_int_eq(dlock_lock_ex(h, pair + 1, 1, 0, 0, 0, "job-10", NULL), 0);
+    ck_assert_int_ge(wait_event(DLOCK_EVENT_LOST, "m5", 5000), 0);
+    ck_assert_int_eq(dlock_unlock_ex(h, pair, 2, 0, "job-10", counts), DLOCK_ERR_LOST);
+    ck_assert_int_eq(dlock_held_ex(h, "m6", "job-10", 0), 0);
+    ck_assert_int_eq(lock_other(h, "m6", 0, 0, 1), 0);
     dlock_close(h);
 }
 END_TEST
