@@ -59,8 +59,15 @@ static void req_end(struct req *r)
             c->untagged_busy = 0;
             run_next(c);
         }
+        if (c->eof && TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
+            conn_close_soon(c, "closed by client, all answered");
     }
     free(r);
+}
+
+int conn_gone(const struct conn *c)
+{
+    return c == NULL || c->closing || c->eof;
 }
 
 void req_send(struct req *r, const char *body)
@@ -235,10 +242,33 @@ static void on_write(struct bufferevent *bev, void *arg)
         conn_free(c, NULL);
 }
 
+/* The client closed its side. As Redis does, what it sent before is still
+ * carried out and answered; but whatever waits for a lock is cancelled, as
+ * for any closed connection. Then the connection closes. */
+static void on_eof(struct conn *c)
+{
+    struct req *r, *next;
+
+    c->eof = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
+        next = TAILQ_NEXT(r, link);
+        if (r->gone)
+            r->gone(r);
+    }
+    if (TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
+        conn_close_soon(c, "closed by client");
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
+    struct conn *c = arg;
+
     (void)bev;
-    conn_free(arg, (what & BEV_EVENT_EOF) ? "closed by client" : "socket error");
+    if ((what & BEV_EVENT_EOF) && !c->eof && !c->closing)
+        on_eof(c);
+    else
+        conn_free(c, (what & BEV_EVENT_EOF) ? "closed by client" : "socket error");
 }
 
 void conn_close_soon(struct conn *c, const char *reason)

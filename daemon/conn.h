@@ -41,6 +41,7 @@ struct conn {
     int authed;               /* AUTH done, or no requirepass */
     int untagged_busy;        /* an untagged request is being served */
     int closing;              /* close once the output is written */
+    int eof;                  /* the client sent no more: finish what it sent, then close */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     struct event *cut;        /* frees it on the next loop turn (output limit) */
     struct req_list queued;   /* untagged requests waiting their turn */
@@ -66,6 +67,8 @@ struct session *req_session(struct req *r);
 
 /* Sends an event line "* text" on c. */
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 when nobody can wait on c any more (it is closing, or sent EOF). */
+int conn_gone(const struct conn *c);
 /* Marks c authenticated. */
 void conn_authed(struct conn *c);
 /* Closes c once its output is written. */

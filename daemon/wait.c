@@ -16,6 +16,7 @@
 #include "wait.h"
 
 static void wait_cancel(struct wait *w);
+static void wait_abandon(struct wait *w);
 
 static char *wid_copy(const struct wait *w)
 {
@@ -193,7 +194,9 @@ static void finish_submit(struct dlockd *d, const char *wid, const redisReply *r
     }
     if (strcmp(st, "WAIT") == 0) {
         w->queued = 1;
-        if (w->abandoned)
+        if (w->req && conn_gone(w->req->c))
+            wait_abandon(w); /* its connection closed while it was sent */
+        else if (w->abandoned)
             wait_cancel(w);
         else
             arm_retry(w, atoll(a));
@@ -410,7 +413,13 @@ static void wait_abandon(struct wait *w)
 
 static void on_req_gone(struct req *r)
 {
-    wait_abandon(r->ctx);
+    struct wait *w = r->ctx;
+
+    /* After EOF a request still on its way is answered if granted at once;
+     * finish_submit abandons it if it has to queue. */
+    if (r->c && r->c->eof && !r->c->closing && !w->queued)
+        return;
+    wait_abandon(w);
 }
 
 void wait_abandon_session(struct session *s)
