@@ -210,7 +210,7 @@ START_TEST(test_fifo)
     long long prev = lock_new(h, "fq");
 
     for (int i = 0; i < 3; i++) {
-        char name[16];
+        char name[32];
 
         snprintf(name, sizeof name, "name=w%d", i + 1);
         w[i] = H_CLIENT(D, name);
