@@ -335,19 +335,10 @@ void conn_authed(struct conn *c)
     deadline_cancel(c->d->deadlines, &c->auth_dl);
 }
 
-void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
+struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *peer)
 {
     struct conn *c;
 
-    if (d->nconns >= d->cfg.maxclients) {
-        char line[128];
-        int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "max number of clients reached");
-        if (n > 0 && write(fd, line, (size_t)n) < 0)
-            log_debug("server: refusing %s", peer);
-        evutil_closesocket(fd);
-        log_warnx("server: maxclients (%lld) reached, refused %s", (long long)d->cfg.maxclients, peer);
-        return;
-    }
     if ((c = calloc(1, sizeof(*c))) == NULL)
         fatalx("conn: out of memory");
     c->d = d;
@@ -359,10 +350,8 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
         deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
-    evutil_make_socket_nonblocking(fd);
-    c->bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    c->cut = event_new(d->base, -1, 0, on_cut, c);
-    if (c->bev == NULL || c->cut == NULL)
+    c->bev = bev;
+    if ((c->cut = event_new(d->base, -1, 0, on_cut, c)) == NULL)
         fatalx("conn: out of memory");
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
@@ -370,4 +359,24 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
     d->nconns++;
     session_attach(session_new(d, peer, d->cfg.session_ttl), c);
     log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer, c->session->id);
+    return c;
+}
+
+void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
+{
+    struct bufferevent *bev;
+
+    if (d->nconns >= d->cfg.maxclients) {
+        char line[128];
+        int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "max number of clients reached");
+        if (n > 0 && write(fd, line, (size_t)n) < 0)
+            log_debug("server: refusing %s", peer);
+        evutil_closesocket(fd);
+        log_warnx("server: maxclients (%lld) reached, refused %s", (long long)d->cfg.maxclients, peer);
+        return;
+    }
+    evutil_make_socket_nonblocking(fd);
+    if ((bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL)
+        fatalx("conn: out of memory");
+    conn_new(d, bev, peer);
 }

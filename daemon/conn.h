@@ -49,8 +49,15 @@ struct conn {
     TAILQ_ENTRY(conn) link;   /* in d->conns */
 };
 
-/* Takes a new client socket. */
+/* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
+/*
+ * Makes a connection with a fresh session from a bufferevent of any kind
+ * (conn_accept's socket, or one end of a pair in a test or fuzz harness),
+ * and takes ownership of bev: it is freed with the connection.
+ * Does not check maxclients.
+ */
+struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *peer);
 
 /*
  * Replies to r and ends it (r is freed): "[#tag] STATUS fields". fmt may be
