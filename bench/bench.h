@@ -1,0 +1,188 @@
+/* bench.h - dlock-bench, the load generator: one process, many connections to
+ * dlockd (line protocol) or straight to Redis (the daemon's own Lua scripts
+ * over hiredis), closed- or open-loop, latencies in an HDR-style histogram. */
+#ifndef BENCH_H
+#define BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hist.h"
+
+#define CL_QMAX 64          /* requests in flight on one connection */
+#define BENCH_PREFIX "dlock:" /* key prefix: dlockd's default, used for direct Redis too */
+#define BENCH_LEASE_MS 30000  /* Redis lease of a direct hold: dlockd's default lock-lease */
+#define RESULT_MAX 2048
+
+struct event_base;
+struct event;
+struct bufferevent;
+struct redisAsyncContext;
+struct redisContext;
+struct cl;
+struct bench;
+
+enum target { T_DLOCKD, T_REDIS };
+
+/* What a request came back with. */
+enum status {
+    ST_OK,      /* granted / done */
+    ST_BUSY,    /* not granted, did not wait */
+    ST_TIMEOUT, /* waited and was not granted */
+    ST_ERR,     /* an ERR reply or a Redis error */
+    ST_GONE     /* the connection broke before the reply */
+};
+
+typedef void cl_cb(struct cl *c, enum status st, void *arg);
+
+struct pending {
+    cl_cb *cb;  /* NULL: nobody waits for this reply */
+    void *arg;
+};
+
+/* One connection: a dlockd session, or one Redis client. */
+struct cl {
+    struct bench *b;
+    int id;                     /* index in b->cls */
+    enum target t;
+    struct bufferevent *bev;    /* dlockd: the socket */
+    struct redisAsyncContext *ac; /* redis: the hiredis context */
+    struct pending q[CL_QMAX];  /* replies expected, oldest first (both answer in order) */
+    int qhead, qlen;
+    int ready;                  /* connected and answered its first PING */
+    int broken;                 /* the connection failed */
+    char who[20];               /* redis: "session:owner" of this client's holds */
+    /* scenario state */
+    int state;
+    int name;                   /* current name number */
+    int shared;                 /* current mode */
+    int tries;                  /* attempts of the current acquire */
+    uint64_t t0;                /* start of the current operation (ns) */
+    struct event *timer;        /* hold, retry sleep, renewal */
+    void (*tick)(struct cl *c); /* what timer runs */
+    struct event *hb;           /* heartbeat timer */
+};
+
+/* Redis INFO commandstats, summed the way the report needs them. */
+struct cmdstats {
+    uint64_t scripts;  /* EVALSHA + EVAL calls */
+    uint64_t total;    /* every command, those run inside scripts too, but INFO */
+    uint64_t ping;     /* PING calls */
+};
+
+/* A CPU and memory sample of a process from /proc. */
+struct procstat {
+    uint64_t cpu_ticks; /* utime + stime */
+    uint64_t rss_kb;    /* VmRSS */
+};
+
+struct opts {
+    enum target target;
+    const char *scenario;      /* pairs handoff idle scale mixed */
+    char dl_host[64];
+    int dl_port;
+    char rd_host[64];
+    int rd_port;
+    int dlockd_pid, redis_pid; /* for CPU and RSS; 0: not measured */
+    int conns;                 /* connections (pairs, mixed, handoff clients) */
+    double duration;           /* measured seconds */
+    double warmup;             /* seconds before measuring */
+    double rate;               /* open loop: pairs/s offered; 0: closed loop */
+    int hold_ms;               /* handoff: how long a holder holds */
+    int sleep_ms;              /* direct Redis: sleep between tries of a busy lock */
+    int long_hold_ms;          /* handoff: the hold during which commands are counted */
+    int sessions;              /* idle, scale: connected sessions */
+    int locks;                 /* idle: locks per session */
+    int heartbeat_ms;          /* idle, scale: PING period */
+    int renew_ms;              /* idle, direct Redis: renewal period of each hold */
+    int names;                 /* mixed: names */
+    int shared_pct;            /* mixed: share of shared requests */
+    int wait_ms;               /* dlockd: wait= of a LOCK that may wait */
+    int open_max;              /* connects in flight at once */
+    const char *label;         /* echoed into the RESULT line */
+};
+
+struct bench {
+    struct event_base *base;
+    struct opts o;
+    char run[12];              /* random id in every name of this run */
+    char daemon_id[17];        /* redis: stands for dlockd's id in the scripts' ARGV */
+    char sha_lock[41], sha_unlock[41], sha_renew[41];
+    struct redisContext *ctl;  /* control link to Redis: INFO, SCRIPT LOAD */
+    struct cl **cls;
+    int ncl;
+    int opened;                /* connections ready */
+    int connecting;            /* connects in flight */
+    int next_open;             /* next connection to open */
+    void (*all_open)(struct bench *b);
+    uint64_t seq;              /* redis: numbers wait ids */
+    uint64_t m_start, m_end;   /* measurement window (ns, monotonic); 0 until set */
+    int stopping;              /* no new requests */
+    struct hist h;             /* the latency of the scenario */
+    struct hist h2;            /* a second one where a scenario needs it */
+    uint64_t done;             /* completions inside the window */
+    uint64_t busy;             /* BUSY replies inside the window */
+    uint64_t errors;           /* unexpected replies, broken connections */
+    uint64_t events;           /* '*' event lines from dlockd */
+    uint64_t heartbeats;       /* heartbeat replies */
+    char result[RESULT_MAX];   /* key=value ... of the RESULT line */
+    size_t rlen;
+};
+
+/* --- main.c */
+uint64_t now_ns(void);
+/* Appends " key=value" to the result line. */
+void result_add(struct bench *b, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Reports an unexpected condition; counts it as an error. */
+void bench_error(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1 when t lies in the measurement window. */
+int in_window(const struct bench *b, uint64_t t);
+/* Calls fn after ms milliseconds, once. */
+void after_ms(struct bench *b, double ms, void (*fn)(struct bench *b));
+
+/* --- client.c */
+/*
+ * Opens n connections to the target, at most o.open_max at once; each is
+ * ready once it answered a PING. Calls done(b) when all are ready.
+ */
+void cl_open_all(struct bench *b, int n, void (*done)(struct bench *b));
+/* LOCK name [shared] [wait=wait_ms]. Direct Redis never waits (wait_ms ignored). */
+void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb, void *arg);
+/* UNLOCK name (the exclusive hold if any, else the shared one). */
+void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg);
+/* A heartbeat: dlockd "#p PING" (never queued behind a wait), Redis PING. */
+void cl_heartbeat(struct cl *c);
+/* redis: extends the lease of this client's exclusive hold on name (renew.lua). */
+void cl_renew(struct cl *c, const char *name, cl_cb *cb, void *arg);
+/* Runs fn(c) after ms milliseconds (one pending timer per connection). */
+void cl_after(struct cl *c, double ms, void (*fn)(struct cl *c));
+/* Starts heartbeats every period_ms, the first after a random part of it. */
+void cl_heartbeats(struct cl *c, int period_ms);
+/* Formats the name number i of this run. */
+void bench_name(const struct bench *b, int i, char *buf, size_t len);
+
+/* --- sys.c */
+int sys_redis_connect(struct bench *b);
+/* Loads lock, unlock and renew into Redis and keeps their SHA1s. */
+int sys_load_scripts(struct bench *b);
+int sys_cmdstats(struct bench *b, struct cmdstats *cs);
+/* INFO memory used_memory, bytes; 0 on failure. */
+uint64_t sys_redis_used_memory(struct bench *b);
+int sys_procstat(int pid, struct procstat *ps);
+/* CPU % of one core between two samples taken secs apart. */
+double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
+/* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */
+long sys_raise_nofile(void);
+
+/* --- scenarios.c: each sets up its clients and timers; main runs the loop. */
+int scen_pairs(struct bench *b);
+int scen_handoff(struct bench *b);
+int scen_idle(struct bench *b);
+int scen_scale(struct bench *b);
+int scen_mixed(struct bench *b);
+
+/* --- report.c */
+int report_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,300 @@
+/* report.c - `dlock-bench report`: reads the RESULT lines of a run, takes the
+ * median of every figure over the rounds, and prints one Markdown table of
+ * dlockd against direct Redis with their ratio and the issue's targets;
+ * `--sweep` prints the open-loop latency-vs-load points for gnuplot. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+#define MAX_RECS 4096
+#define MAX_KV 96
+
+struct rec {
+    int n;
+    char *k[MAX_KV];
+    char *v[MAX_KV];
+};
+
+static struct rec recs[MAX_RECS];
+static int nrecs;
+
+static const char *get(const struct rec *r, const char *key)
+{
+    for (int i = 0; i < r->n; i++)
+        if (strcmp(r->k[i], key) == 0)
+            return r->v[i];
+    return NULL;
+}
+
+/* 1 when r has every key=value of the space-separated filter. */
+static int matches(const struct rec *r, const char *filter)
+{
+    char buf[256], *tok, *save = NULL;
+
+    if (filter == NULL)
+        return 1;
+    snprintf(buf, sizeof(buf), "%s", filter);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        const char *v;
+        if (eq == NULL)
+            continue;
+        *eq = '\0';
+        if ((v = get(r, tok)) == NULL || strcmp(v, eq + 1) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int load(const char *path)
+{
+    char line[RESULT_MAX + 64];
+    FILE *f = fopen(path, "r");
+
+    if (f == NULL) {
+        perror(path);
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) && nrecs < MAX_RECS) {
+        struct rec *r = &recs[nrecs];
+        char *tok, *save = NULL;
+        if (strncmp(line, "RESULT ", 7) != 0)
+            continue;
+        for (tok = strtok_r(line + 7, " \n", &save); tok && r->n < MAX_KV; tok = strtok_r(NULL, " \n", &save)) {
+            char *eq = strchr(tok, '=');
+            if (eq == NULL)
+                continue;
+            *eq = '\0';
+            r->k[r->n] = strdup(tok);
+            r->v[r->n] = strdup(eq + 1);
+            r->n++;
+        }
+        nrecs++;
+    }
+    fclose(f);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median of metric over the records matching filter; NAN when none. */
+static double median(const char *filter, const char *metric, int *count)
+{
+    double v[MAX_RECS];
+    int n = 0;
+
+    for (int i = 0; i < nrecs; i++) {
+        const char *s;
+        if (matches(&recs[i], filter) && (s = get(&recs[i], metric)) != NULL)
+            v[n++] = atof(s);
+    }
+    if (count)
+        *count = n;
+    if (n == 0)
+        return NAN;
+    qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* How a row's target is judged. */
+enum check {
+    C_NONE,
+    C_RATIO_GE,  /* dlockd/direct >= x */
+    C_RATIO_LE,  /* dlockd/direct <= x */
+    C_A_LE,      /* dlockd value <= x */
+    C_A_LT,      /* dlockd value < x */
+    C_A_GE,      /* dlockd value >= x */
+};
+
+struct row {
+    const char *title;
+    const char *both;   /* filter for both sides */
+    const char *a, *b;  /* extra filters of the dlockd and the direct side */
+    const char *metric;
+    const char *unit;
+    enum check check;
+    double x;
+    const char *target; /* the target as the issue states it */
+};
+
+#define A_DL "target=dlockd"
+#define B_RD "target=redis"
+#define PAIRS(c, chk, x, tgt)                                                                                      \
+    { "1. uncontended, " #c " conn: pairs/s", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "pairs_s", "1/s", chk, x,    \
+      tgt },                                                                                                       \
+    { "1. uncontended, " #c " conn: pair p50", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "p50_us", "us", C_NONE, 0,  \
+      "" },                                                                                                        \
+    { "1. uncontended, " #c " conn: pair p99", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "p99_us", "us", C_NONE, 0,  \
+      "" },                                                                                                        \
+    { "1. uncontended, " #c " conn: pair p99.9", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "p999_us", "us", C_NONE,  \
+      0, "" }
+
+/* handoff rows against one spin recipe r; p99chk/p99x/p99tgt judge its p99, waitchk the commands while waiting */
+#define HANDOFF(r, label, p99chk, p99x, p99tgt, waitchk, waittgt)                                                 \
+    { "2. handoff vs " label ": p50", "sc=handoff", "recipe=queue", "recipe=" r, "p50_us", "us", C_NONE, 0, "" },   \
+    { "2. handoff vs " label ": p99", "sc=handoff", "recipe=queue", "recipe=" r, "p99_us", "us", p99chk, p99x,     \
+      p99tgt },                                                                                                    \
+    { "2. handoff vs " label ": EVALSHA/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "scripts_per_handoff", \
+      "calls", C_NONE, 0, "" },                                                                                    \
+    { "2. handoff vs " label ": Redis cmds/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "cmds_per_handoff",  \
+      "cmds", C_NONE, 0, "" },                                                                                     \
+    { "2. handoff vs " label ": BUSY tries/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "busy_per_handoff", \
+      "tries", C_NONE, 0, "" },                                                                                    \
+    { "2. handoff vs " label ": Redis cmds while N-1 wait", "sc=handoff", "recipe=queue", "recipe=" r, "wait_cmds", \
+      "cmds", waitchk, 0, waittgt }
+
+static const struct row rows[] = {
+    PAIRS(1, C_RATIO_GE, 0.5, ">= 0.5x"),
+    PAIRS(10, C_NONE, 0, ""),
+    PAIRS(50, C_RATIO_GE, 1.0, ">= 1.0x"),
+    PAIRS(200, C_RATIO_GE, 1.0, ">= 1.0x"),
+    HANDOFF("spin100", "spin 100 ms", C_RATIO_LE, 0.02, "50x better", C_A_LE, "zero"),
+    HANDOFF("spin1", "spin 1 ms", C_A_LE, 1000, "<= 1 ms", C_NONE, ""),
+    { "2. handoff: handoffs/s (queue | spin 100 ms)", "sc=handoff", "recipe=queue", "recipe=spin100", "handoffs_s",
+      "1/s", C_NONE, 0, "" },
+    { "2. handoff: handoffs/s (queue | spin 1 ms)", "sc=handoff", "recipe=queue", "recipe=spin1", "handoffs_s", "1/s",
+      C_NONE, 0, "" },
+    { "3. idle holds: dlockd CPU", "sc=idle", A_DL, B_RD, "dlockd_cpu", "% core", C_A_LT, 5, "< 5%" },
+    { "3. idle holds: redis-server CPU", "sc=idle", A_DL, B_RD, "redis_cpu", "% core", C_NONE, 0, "" },
+    { "3. idle holds: EVALSHA/s (renewal)", "sc=idle", A_DL, B_RD, "scripts_s", "1/s", C_NONE, 0, "" },
+    { "3. idle holds: Redis cmds/s (renewal, in scripts too)", "sc=idle", A_DL, B_RD, "cmds_s", "1/s", C_NONE, 0, "" },
+    { "3. idle holds: holds per EVALSHA per period", "sc=idle", A_DL, B_RD, "holds_per_script", "holds", C_A_GE, 50,
+      ">= 50" },
+    { "3. idle holds: Redis cmds per hold per period", "sc=idle", A_DL, B_RD, "cmds_per_hold_period", "cmds",
+      C_A_LE, 0.02, "<= 1/50" },
+    { "3. idle holds: dlockd RSS per session", "sc=idle", A_DL, B_RD, "rss_session_B", "B", C_A_LE, 1024,
+      "<= 1 KiB" },
+    { "3. idle holds: dlockd RSS per hold", "sc=idle", A_DL, B_RD, "rss_hold_B", "B", C_A_LE, 256, "<= 256 B" },
+    { "3. idle holds: Redis memory per hold", "sc=idle", A_DL, B_RD, "redis_mem_hold_B", "B", C_NONE, 0, "" },
+    { "4. scale: probe pair p50", "sc=scale", A_DL, B_RD, "p50_us", "us", C_NONE, 0, "" },
+    { "4. scale: probe pair p99", "sc=scale", A_DL, B_RD, "p99_us", "us", C_NONE, 0, "" },
+    { "4. scale: probe pair p99.9", "sc=scale", A_DL, B_RD, "p999_us", "us", C_NONE, 0, "" },
+    { "4. scale: heartbeats/s", "sc=scale", A_DL, B_RD, "heartbeats_s", "1/s", C_NONE, 0, "" },
+    { "4. scale: dlockd CPU", "sc=scale", A_DL, B_RD, "dlockd_cpu", "% core", C_NONE, 0, "" },
+    { "4. scale: redis-server CPU", "sc=scale", A_DL, B_RD, "redis_cpu", "% core", C_NONE, 0, "" },
+    { "5. mixed 80/20: grants/s", "sc=mixed", A_DL, B_RD, "grants_s", "1/s", C_NONE, 0, "" },
+    { "5. mixed 80/20: grant p50", "sc=mixed", A_DL, B_RD, "p50_us", "us", C_NONE, 0, "" },
+    { "5. mixed 80/20: grant p99", "sc=mixed", A_DL, B_RD, "p99_us", "us", C_NONE, 0, "" },
+    { "5. mixed 80/20: exclusive grant p99", "sc=mixed", A_DL, B_RD, "x_p99_us", "us", C_NONE, 0, "" },
+    { "5. mixed 80/20: shared grant p99", "sc=mixed", A_DL, B_RD, "s_p99_us", "us", C_NONE, 0, "" },
+    { "5. mixed 80/20: EVALSHA/grant", "sc=mixed", A_DL, B_RD, "scripts_per_grant", "calls", C_NONE, 0, "" },
+    { "5. mixed 80/20: BUSY tries/grant", "sc=mixed", A_DL, B_RD, "busy_per_grant", "tries", C_NONE, 0, "" },
+};
+
+static void fmt(char *buf, size_t len, double v)
+{
+    if (isnan(v))
+        snprintf(buf, len, "-");
+    else if (v != 0 && fabs(v) < 0.1)
+        snprintf(buf, len, "%.4f", v);
+    else if (fabs(v) < 100)
+        snprintf(buf, len, "%.2f", v);
+    else
+        snprintf(buf, len, "%.0f", v);
+}
+
+static const char *judge(const struct row *r, double a, double ratio)
+{
+    int ok;
+
+    switch (r->check) {
+    case C_RATIO_GE: ok = ratio >= r->x; break;
+    case C_RATIO_LE: ok = ratio <= r->x; break;
+    case C_A_LE: ok = a <= r->x; break;
+    case C_A_LT: ok = a < r->x; break;
+    case C_A_GE: ok = a >= r->x; break;
+    default: return "";
+    }
+    if ((r->check == C_RATIO_GE || r->check == C_RATIO_LE) ? isnan(ratio) : isnan(a))
+        return "no data";
+    return ok ? "met" : "MISSED";
+}
+
+static int table(void)
+{
+    int missed = 0;
+
+    printf("| scenario / figure | unit | dlockd | direct Redis | dlockd/direct | target | |\n");
+    printf("|---|---|---:|---:|---:|---|---|\n");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct row *r = &rows[i];
+        char fa[256], fb[256], sa[32], sb[32], sr[32];
+        int na, nb;
+        double a, b, ratio;
+        const char *verdict;
+
+        snprintf(fa, sizeof(fa), "%s %s", r->both, r->a);
+        snprintf(fb, sizeof(fb), "%s %s", r->both, r->b);
+        a = median(fa, r->metric, &na);
+        b = median(fb, r->metric, &nb);
+        if (na == 0 && nb == 0)
+            continue;
+        ratio = (!isnan(a) && !isnan(b) && b != 0) ? a / b : NAN;
+        fmt(sa, sizeof(sa), a);
+        fmt(sb, sizeof(sb), b);
+        fmt(sr, sizeof(sr), ratio);
+        verdict = judge(r, a, ratio);
+        missed += strcmp(verdict, "MISSED") == 0;
+        printf("| %s | %s | %s | %s | %s | %s | %s |\n", r->title, r->unit, sa, sb, sr, r->target, verdict);
+    }
+    printf("\nMedians over the rounds of this run (A and B alternate). %d target(s) missed.\n", missed);
+    return 0;
+}
+
+/* Open-loop points: offered rate, then achieved pairs/s, p50 and p99 of each side. */
+static int sweep(void)
+{
+    double rates[256];
+    int n = 0;
+
+    for (int i = 0; i < nrecs; i++) {
+        const char *s = get(&recs[i], "rate"), *sw = get(&recs[i], "sweep");
+        double r;
+        int seen = 0;
+        if (s == NULL || sw == NULL || (r = atof(s)) <= 0)
+            continue;
+        for (int j = 0; j < n; j++)
+            seen |= rates[j] == r;
+        if (!seen && n < 256)
+            rates[n++] = r;
+    }
+    qsort(rates, (size_t)n, sizeof(rates[0]), cmp_double);
+    printf("# offered dlockd_achieved dlockd_p50_ms dlockd_p99_ms redis_achieved redis_p50_ms redis_p99_ms\n");
+    for (int i = 0; i < n; i++) {
+        char fa[128], fb[128];
+        snprintf(fa, sizeof(fa), "sc=pairs sweep=1 rate=%.0f target=dlockd", rates[i]);
+        snprintf(fb, sizeof(fb), "sc=pairs sweep=1 rate=%.0f target=redis", rates[i]);
+        printf("%.0f %.1f %.3f %.3f %.1f %.3f %.3f\n", rates[i], median(fa, "pairs_s", NULL),
+               median(fa, "p50_us", NULL) / 1e3, median(fa, "p99_us", NULL) / 1e3, median(fb, "pairs_s", NULL),
+               median(fb, "p50_us", NULL) / 1e3, median(fb, "p99_us", NULL) / 1e3);
+    }
+    return 0;
+}
+
+int report_main(int argc, char **argv)
+{
+    int want_sweep = 0;
+    const char *path = NULL;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--sweep") == 0)
+            want_sweep = 1;
+        else
+            path = argv[i];
+    }
+    if (path == NULL) {
+        fprintf(stderr, "usage: dlock-bench report [--sweep] RESULT-FILE\n");
+        return 2;
+    }
+    if (load(path) != 0)
+        return 1;
+    return want_sweep ? sweep() : table();
+}

@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# bench/run.sh - what `make bench` and `make bench-smoke` run: starts a private redis-server
+# and dlockd on free loopback ports, runs every scenario against dlockd (A) and against
+# direct Redis (B, the same Lua scripts over EVALSHA), alternating A B A B, then prints one
+# table of medians and ratios and, when gnuplot is there, plots latency against load.
+#
+#   bench/run.sh full|smoke
+#
+# Environment (set by bench/Makefile.inc): BENCH_BIN, DLOCKD_BIN, REDIS_SERVER, BENCH_SRCDIR.
+# BENCH_OUT: where results go (default bench/out). Exits non-zero when a run crashed or
+# reported errors, or a server died; never because a target was missed.
+set -u
+
+mode=${1:-full}
+case $mode in full|smoke) ;; *) echo "usage: $0 full|smoke" >&2; exit 2 ;; esac
+
+BENCH_BIN=${BENCH_BIN:-bench/dlock-bench}
+DLOCKD_BIN=${DLOCKD_BIN:-daemon/dlockd}
+REDIS_SERVER=${REDIS_SERVER:-$(command -v redis-server || true)}
+BENCH_SRCDIR=${BENCH_SRCDIR:-$(dirname "$0")}
+out=${BENCH_OUT:-bench/out}
+
+say() { printf 'bench: %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+[ -x "$BENCH_BIN" ] || die "no $BENCH_BIN (make bench/dlock-bench)"
+[ -x "$DLOCKD_BIN" ] || die "no $DLOCKD_BIN"
+[ -n "$REDIS_SERVER" ] && [ -x "$REDIS_SERVER" ] || die "no redis-server (apt-get install redis-server)"
+
+mkdir -p "$out" || die "cannot create $out"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench.XXXXXX") || die "mktemp failed"
+results=$out/results.txt
+log=$out/bench.log
+: > "$results"
+: > "$log"
+
+# 10 000 sessions need 10 000 descriptors in each of dlock-bench, dlockd and redis-server.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+nofile=$(ulimit -n)
+
+rpid= dpid=
+cleanup() {
+    [ -n "$dpid" ] && kill "$dpid" 2>/dev/null && wait "$dpid" 2>/dev/null
+    [ -n "$rpid" ] && kill "$rpid" 2>/dev/null && wait "$rpid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+    local p
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 30000))
+        port_free "$p" && { echo "$p"; return 0; }
+    done
+    return 1
+}
+wait_port() { # PORT PID
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        kill -0 "$2" 2>/dev/null || return 1
+        sleep 0.05
+    done
+    return 1
+}
+# One inline Redis command; prints the first reply line.
+rcmd() {
+    local line
+    exec 3<>"/dev/tcp/127.0.0.1/$rport" || return 1
+    printf '%s\r\n' "$*" >&3
+    IFS= read -r -t 30 line <&3
+    exec 3>&-
+    printf '%s\n' "${line%$'\r'}"
+}
+
+rport=$(free_port) || die "no free port"
+dport=$(free_port) || die "no free port"
+maxclients=$((nofile > 12100 ? nofile - 100 : nofile - 64))
+"$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+    --maxclients "$maxclients" --logfile "$tmp/redis.log" &
+rpid=$!
+wait_port "$rport" "$rpid" || { cat "$tmp/redis.log" >&2; die "redis-server did not start"; }
+
+start_dlockd() {
+    if [ -n "$dpid" ]; then
+        kill "$dpid" 2>/dev/null
+        wait "$dpid" 2>/dev/null
+        dpid=
+    fi
+    "$DLOCKD_BIN" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" --maxclients 20000 \
+        --log-level warn >> "$tmp/dlockd.log" 2>&1 &
+    dpid=$!
+    wait_port "$dport" "$dpid" || { tail -5 "$tmp/dlockd.log" >&2; die "dlockd did not start"; }
+}
+start_dlockd
+
+failures=0
+runs=0
+# run TARGET SCENARIO LABEL [dlock-bench options]: one measured run, appended to $results.
+run() {
+    local target=$1 sc=$2 label=$3 rc pids line
+    shift 3
+    rcmd FLUSHALL > /dev/null || die "Redis is gone"
+    if [ "$target" = dlockd ]; then
+        start_dlockd # a fresh daemon: no sessions or allocator state left from the last run
+        pids="--dlockd-pid $dpid --redis-pid $rpid"
+    else
+        pids="--redis-pid $rpid"
+    fi
+    runs=$((runs + 1))
+    printf 'bench: [%d] %-7s %-6s %s\n' "$runs" "$sc" "$target" "$label" >&2
+    echo "### $target $sc $label $*" >> "$log"
+    # shellcheck disable=SC2086 # pids is a list of options
+    line=$(timeout 300 "$BENCH_BIN" --scenario "$sc" --target "$target" --dlockd "127.0.0.1:$dport" \
+        --redis "127.0.0.1:$rport" $pids --label "$label" "$@" 2>> "$log")
+    rc=$?
+    [ -n "$line" ] && echo "$line" >> "$results"
+    if [ "$rc" -ne 0 ]; then
+        failures=$((failures + 1))
+        say "run failed (status $rc): $target $sc $label; last lines of $log:"
+        tail -5 "$log" >&2
+    fi
+    if [ "$target" = dlockd ] && ! kill -0 "$dpid" 2>/dev/null; then
+        failures=$((failures + 1))
+        say "dlockd died during: $sc $label"
+        tail -20 "$tmp/dlockd.log" >&2
+        dpid=
+        start_dlockd
+    fi
+    kill -0 "$rpid" 2>/dev/null || die "redis-server died during: $target $sc $label"
+}
+
+# median_of METRIC FILTER...: the median of a metric over the result lines matching all filters.
+median_of() {
+    local metric=$1
+    shift
+    local f
+    f=$(cat "$results")
+    for k in "$@"; do f=$(printf '%s\n' "$f" | grep -- " $k\( \|\$\)"); done
+    printf '%s\n' "$f" | sed -n "s/.* $metric=\([0-9.]*\).*/\1/p" | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2];
+                                  else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+if [ "$mode" = full ]; then
+    rounds=3; pairs_conns="1 10 50 200"; pairs_secs=3; warm=0.5
+    hand_n=10; hand_secs=6; hand_long=1000; hand_rounds=2
+    idle_sessions=10000; idle_locks=10; idle_secs=20; idle_rounds=2
+    scale_sessions=10000; scale_secs=5; scale_hb=3333; scale_rounds=2
+    mixed_secs=4; mixed_conns=200; mixed_names=100; mixed_rounds=2
+    sweep_fracs="0.1 0.25 0.5 0.7 0.85 1.0 1.15"; sweep_secs=2
+else
+    rounds=1; pairs_conns="1 50"; pairs_secs=1; warm=0.2
+    hand_n=4; hand_secs=1.5; hand_long=300; hand_rounds=1
+    idle_sessions=500; idle_locks=4; idle_secs=2; idle_rounds=1
+    scale_sessions=500; scale_secs=1; scale_hb=500; scale_rounds=1
+    mixed_secs=1; mixed_conns=50; mixed_names=20; mixed_rounds=1
+    sweep_fracs="0.5"; sweep_secs=1
+fi
+start=$(date +%s)
+
+say "$mode run: redis-server pid $rpid port $rport, dlockd port $dport, RLIMIT_NOFILE $nofile, results in $out"
+
+# 1. uncontended pairs, closed loop
+for r in $(seq "$rounds"); do
+    for c in $pairs_conns; do
+        for t in dlockd redis; do
+            run "$t" pairs "round=$r" --conns "$c" --duration "$pairs_secs" --warmup "$warm"
+        done
+    done
+done
+
+# latency against load: open loop at fractions of the best closed-loop rate at 50 connections
+best=$(awk -v a="$(median_of pairs_s conns=50 rate=0 target=dlockd)" \
+           -v b="$(median_of pairs_s conns=50 rate=0 target=redis)" 'BEGIN { print (a > b ? a : b) }')
+if awk -v b="$best" 'BEGIN { exit !(b > 0) }'; then
+    for f in $sweep_fracs; do
+        rate=$(awk -v b="$best" -v f="$f" 'BEGIN { printf "%d", b * f }')
+        for t in dlockd redis; do
+            run "$t" pairs "round=1 sweep=1" --conns 50 --rate "$rate" --duration "$sweep_secs" --warmup "$warm"
+        done
+    done
+fi
+
+# 2. contended handoff: dlockd's FIFO queue against the two spin recipes
+for r in $(seq "$hand_rounds"); do
+    run dlockd handoff "round=$r recipe=queue" --conns "$hand_n" --duration "$hand_secs" --warmup "$warm" \
+        --hold 1 --long-hold "$hand_long"
+    run redis handoff "round=$r recipe=spin100" --conns "$hand_n" --duration "$hand_secs" --warmup "$warm" \
+        --hold 1 --sleep 100 --long-hold "$hand_long"
+    run redis handoff "round=$r recipe=spin1" --conns "$hand_n" --duration "$hand_secs" --warmup "$warm" \
+        --hold 1 --sleep 1 --long-hold "$hand_long"
+done
+
+# 3. idle holds: sessions holding locks, nothing but heartbeats (dlockd) or renewals (direct)
+for r in $(seq "$idle_rounds"); do
+    for t in dlockd redis; do
+        run "$t" idle "round=$r" --sessions "$idle_sessions" --locks "$idle_locks" --duration "$idle_secs" \
+            --warmup 1 --heartbeat 3333 --renew 10000
+    done
+done
+
+# 4. connection scale: heartbeating sessions and one probe client
+for r in $(seq "$scale_rounds"); do
+    for t in dlockd redis; do
+        run "$t" scale "round=$r" --sessions "$scale_sessions" --heartbeat "$scale_hb" --duration "$scale_secs" \
+            --warmup "$warm"
+    done
+done
+
+# 5. mixed shared/exclusive on a few names
+for r in $(seq "$mixed_rounds"); do
+    for t in dlockd redis; do
+        run "$t" mixed "round=$r" --conns "$mixed_conns" --names "$mixed_names" --shared-pct 80 --sleep 1 \
+            --duration "$mixed_secs" --warmup "$warm"
+    done
+done
+
+elapsed=$(($(date +%s) - start))
+
+# the machine and the versions, for BENCHMARKS.md
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "cores: $(nproc), model: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+    echo "kernel: $(uname -sr)"
+    echo "redis-server: $("$REDIS_SERVER" --version | head -1)"
+    echo "dlockd: $("$DLOCKD_BIN" --version 2>&1 | head -1)"
+    echo "libevent: $(pkg-config --modversion libevent 2>/dev/null || echo '?'), hiredis: $(pkg-config --modversion hiredis 2>/dev/null || echo '?')"
+    echo "cc: $(${CC:-cc} --version 2>/dev/null | head -1)"
+    echo "commit: $(git -C "$BENCH_SRCDIR" describe --always --dirty 2>/dev/null || echo '?')"
+    echo "mode: $mode, $runs runs in ${elapsed}s, $failures failed"
+} > "$out/env.txt"
+
+"$BENCH_BIN" report "$results" > "$out/table.md"
+"$BENCH_BIN" report --sweep "$results" > "$out/sweep.dat"
+echo
+cat "$out/env.txt"
+echo
+cat "$out/table.md"
+if command -v gnuplot > /dev/null 2>&1 && [ "$(wc -l < "$out/sweep.dat")" -gt 1 ]; then
+    if gnuplot -e "data='$out/sweep.dat'; out='$out/latency.png'" "$BENCH_SRCDIR/plot.gp" 2>> "$log"; then
+        echo "plot: $out/latency.png"
+    else
+        say "gnuplot failed; see $log"
+    fi
+else
+    echo "plot: skipped (no gnuplot, or no open-loop points); data in $out/sweep.dat"
+fi
+
+if [ "$failures" -ne 0 ]; then
+    say "$failures run(s) failed; see $log"
+    exit 1
+fi
+exit 0

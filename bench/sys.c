@@ -1,0 +1,156 @@
+/* sys.c - what the load generator measures besides latency: Redis command
+ * counts (INFO commandstats), memory, and a process's CPU time and RSS from
+ * /proc; and the control link that loads dlockd's scripts for direct Redis. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "bench.h"
+#include "scripts.h"
+
+int sys_redis_connect(struct bench *b)
+{
+    struct timeval tv = { 5, 0 };
+
+    b->ctl = redisConnectWithTimeout(b->o.rd_host, b->o.rd_port, tv);
+    if (b->ctl == NULL || b->ctl->err) {
+        fprintf(stderr, "dlock-bench: cannot connect to Redis at %s:%d: %s\n", b->o.rd_host, b->o.rd_port,
+                b->ctl ? b->ctl->errstr : "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int load(struct bench *b, enum script_id id, char *sha)
+{
+    redisReply *r = redisCommand(b->ctl, "SCRIPT LOAD %s", scripts[id].body);
+
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        fprintf(stderr, "dlock-bench: SCRIPT LOAD %s failed: %s\n", scripts[id].name,
+                r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
+        if (r)
+            freeReplyObject(r);
+        return -1;
+    }
+    memcpy(sha, r->str, 41);
+    freeReplyObject(r);
+    return 0;
+}
+
+int sys_load_scripts(struct bench *b)
+{
+    if (load(b, SCRIPT_LOCK, b->sha_lock) || load(b, SCRIPT_UNLOCK, b->sha_unlock) ||
+        load(b, SCRIPT_RENEW, b->sha_renew))
+        return -1;
+    return 0;
+}
+
+static redisReply *info(struct bench *b, const char *section)
+{
+    redisReply *r = redisCommand(b->ctl, "INFO %s", section);
+
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        bench_error(b, "INFO %s failed", section);
+        if (r)
+            freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+int sys_cmdstats(struct bench *b, struct cmdstats *cs)
+{
+    redisReply *r = info(b, "commandstats");
+    char *line, *save = NULL;
+
+    memset(cs, 0, sizeof(*cs));
+    if (r == NULL)
+        return -1;
+    for (line = strtok_r(r->str, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        char name[128];
+        unsigned long long calls;
+        if (sscanf(line, "cmdstat_%127[^:]:calls=%llu", name, &calls) != 2)
+            continue;
+        if (strcmp(name, "info") == 0)
+            continue;
+        cs->total += calls;
+        if (strcmp(name, "evalsha") == 0 || strcmp(name, "eval") == 0)
+            cs->scripts += calls;
+        if (strcmp(name, "ping") == 0)
+            cs->ping += calls;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+uint64_t sys_redis_used_memory(struct bench *b)
+{
+    redisReply *r = info(b, "memory");
+    unsigned long long v = 0;
+    char *p;
+
+    if (r == NULL)
+        return 0;
+    if ((p = strstr(r->str, "used_memory:")) != NULL)
+        sscanf(p, "used_memory:%llu", &v);
+    freeReplyObject(r);
+    return v;
+}
+
+int sys_procstat(int pid, struct procstat *ps)
+{
+    char path[64], buf[4096], *p;
+    unsigned long long ut, st;
+    FILE *f;
+    size_t n;
+
+    memset(ps, 0, sizeof(*ps));
+    if (pid <= 0)
+        return -1;
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return -1;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* after "pid (comm)": state is field 3, utime 14, stime 15 */
+    if ((p = strrchr(buf, ')')) == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    ps->cpu_ticks = ut + st;
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return -1;
+    while (fgets(buf, sizeof(buf), f))
+        if (sscanf(buf, "VmRSS: %llu", &ut) == 1)
+            ps->rss_kb = ut;
+    fclose(f);
+    return 0;
+}
+
+double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs)
+{
+    double hz = (double)sysconf(_SC_CLK_TCK);
+
+    if (secs <= 0 || z->cpu_ticks < a->cpu_ticks)
+        return 0;
+    return 100.0 * (double)(z->cpu_ticks - a->cpu_ticks) / hz / secs;
+}
+
+long sys_raise_nofile(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return -1;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return (long)rl.rlim_cur;
+}
