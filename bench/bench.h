@@ -169,6 +169,8 @@ int sys_load_scripts(struct bench *b);
 int sys_cmdstats(struct bench *b, struct cmdstats *cs);
 /* INFO memory used_memory, bytes; 0 on failure. */
 uint64_t sys_redis_used_memory(struct bench *b);
+/* FLUSHALL: empties Redis (the scripts stay loaded). */
+int sys_redis_flushall(struct bench *b);
 int sys_procstat(int pid, struct procstat *ps);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);

@@ -48,10 +48,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# A port nobody listens on, below the ephemeral range (where outgoing connections may hold it).
+eph_lo=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
     local p
     for _ in $(seq 50); do
-        p=$((20000 + RANDOM % 30000))
+        p=$((10000 + RANDOM % (eph_lo - 10000)))
         port_free "$p" && { echo "$p"; return 0; }
     done
     return 1
@@ -74,25 +76,44 @@ rcmd() {
     printf '%s\n' "${line%$'\r'}"
 }
 
-rport=$(free_port) || die "no free port"
-dport=$(free_port) || die "no free port"
 maxclients=$((nofile > 12100 ? nofile - 100 : nofile - 64))
-"$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-    --maxclients "$maxclients" --logfile "$tmp/redis.log" &
-rpid=$!
-wait_port "$rport" "$rpid" || { cat "$tmp/redis.log" >&2; die "redis-server did not start"; }
-
+# dlockd's lock-lease: the default 30s (renewal every 10s); the smoke run renews every second
+# so that its short idle window still sees renewals
+if [ "$mode" = full ]; then lease_ms=30000; else lease_ms=3000; fi
+start_redis() {
+    rport=$(free_port) || die "no free port"
+    "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+        --maxclients "$maxclients" --logfile "$tmp/redis.log" &
+    rpid=$!
+    wait_port "$rport" "$rpid" && return 0
+    kill "$rpid" 2>/dev/null
+    wait "$rpid" 2>/dev/null
+    rpid=
+    return 1
+}
+# A fresh dlockd; a port taken meanwhile is replaced by another one.
 start_dlockd() {
     if [ -n "$dpid" ]; then
         kill "$dpid" 2>/dev/null
         wait "$dpid" 2>/dev/null
         dpid=
     fi
-    "$DLOCKD_BIN" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" --maxclients 20000 \
-        --log-level warn >> "$tmp/dlockd.log" 2>&1 &
-    dpid=$!
-    wait_port "$dport" "$dpid" || { tail -5 "$tmp/dlockd.log" >&2; die "dlockd did not start"; }
+    for _ in 1 2 3 4 5; do
+        "$DLOCKD_BIN" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" --maxclients 20000 \
+            --lock-lease "$lease_ms" --log-level warn >> "$tmp/dlockd.log" 2>&1 &
+        dpid=$!
+        wait_port "$dport" "$dpid" && return 0
+        kill "$dpid" 2>/dev/null
+        wait "$dpid" 2>/dev/null
+        dpid=
+        dport=$(free_port) || break
+    done
+    tail -5 "$tmp/dlockd.log" >&2
+    die "dlockd did not start"
 }
+for _ in 1 2 3 4 5; do start_redis && break; done
+[ -n "$rpid" ] || { cat "$tmp/redis.log" >&2; die "redis-server did not start"; }
+dport=$(free_port) || die "no free port"
 start_dlockd
 
 failures=0
@@ -197,7 +218,7 @@ done
 for r in $(seq "$idle_rounds"); do
     for t in dlockd redis; do
         run "$t" idle "round=$r" --sessions "$idle_sessions" --locks "$idle_locks" --duration "$idle_secs" \
-            --warmup 1 --heartbeat 3333 --renew 10000
+            --warmup 1 --heartbeat 3333 --renew $((lease_ms / 3))
     done
 done
 

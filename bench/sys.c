@@ -87,6 +87,18 @@ int sys_cmdstats(struct bench *b, struct cmdstats *cs)
     return 0;
 }
 
+int sys_redis_flushall(struct bench *b)
+{
+    redisReply *r = redisCommand(b->ctl, "FLUSHALL");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+
+    if (!ok)
+        bench_error(b, "FLUSHALL failed");
+    if (r)
+        freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
 uint64_t sys_redis_used_memory(struct bench *b)
 {
     redisReply *r = info(b, "memory");
