@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -113,8 +114,8 @@ static void h_close_from(int lowfd)
         close(fd);
 }
 
-/* The child half of h_spawn(): never returns. */
-static void h_child_exec(char *const argv[], int logfd, pid_t parent)
+/* The child half of h_spawn(): never returns. env ("NAME=VALUE", NULL-terminated, may be NULL) is added. */
+static void h_child_exec(char *const argv[], int logfd, pid_t parent, char *const *env)
 {
     sigset_t none;
     int null;
@@ -132,13 +133,15 @@ static void h_child_exec(char *const argv[], int logfd, pid_t parent)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
+    for (size_t i = 0; env != NULL && env[i] != NULL; i++)
+        putenv(env[i]);
     execvp(argv[0], argv);
     dprintf(2, "harness: cannot exec %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
 
-/* Forks and execs argv with stdout and stderr appended to log. Returns the pid, or -1. */
-static pid_t h_spawn(char *const argv[], const char *log)
+/* Forks and execs argv with stdout and stderr appended to log and env added to its environment. Returns the pid, or -1. */
+static pid_t h_spawn_env(char *const argv[], const char *log, char *const *env)
 {
     pid_t parent = getpid();
     int logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -148,9 +151,15 @@ static pid_t h_spawn(char *const argv[], const char *log)
         return -1;
     pid = fork();
     if (pid == 0)
-        h_child_exec(argv, logfd, parent);
+        h_child_exec(argv, logfd, parent, env);
     close(logfd);
     return pid;
+}
+
+/* Forks and execs argv with stdout and stderr appended to log. Returns the pid, or -1. */
+static pid_t h_spawn(char *const argv[], const char *log)
+{
+    return h_spawn_env(argv, log, NULL);
 }
 
 /* waitpid with a timeout. Returns the wait status, or -1 when it did not exit in time. */
@@ -724,6 +733,8 @@ static int h_dlockd_spawn(struct h_dlockd *d)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", d->port);
     snprintf(redis, sizeof redis, "127.0.0.1:%d", d->redis_port);
     argv[n++] = (char *)h_dlockd_path();
+    if (d->conf[0] != '\0')
+        argv[n++] = d->conf;
     argv[n++] = "--listen";
     argv[n++] = listen;
     argv[n++] = "--redis";
@@ -733,7 +744,7 @@ static int h_dlockd_spawn(struct h_dlockd *d)
     for (size_t i = 0; d->extra[i] != NULL; i++)
         argv[n++] = d->extra[i];
     argv[n] = NULL;
-    d->pid = h_spawn(argv, d->log);
+    d->pid = h_spawn_env(argv, d->log, d->env);
     if (d->pid < 0)
         H_FAIL("cannot start %s: %s", argv[0], strerror(errno));
     for (deadline = h_now_ms() + H_START_MS; h_now_ms() < deadline; h_sleep_ms(20)) {
@@ -754,9 +765,18 @@ static void h_dlockd_fail_start(struct h_dlockd *d, const char *what)
 
 struct h_dlockd *h_dlockd_start(int redis_port, const char *const *extra)
 {
+    return h_dlockd_start_with(redis_port, NULL, NULL, extra);
+}
+
+struct h_dlockd *h_dlockd_start_with(int redis_port, const char *conf, const char *const *env,
+                                     const char *const *extra)
+{
     struct h_dlockd *d = calloc(1, sizeof *d);
 
     d->owner = getpid();
+    if (conf != NULL && (size_t)snprintf(d->conf, sizeof d->conf, "%s", conf) >= sizeof d->conf)
+        H_FAIL("config file name too long: %s", conf);
+    h_copy_extra(d->env, env);
     d->redis_port = redis_port;
     h_make_dir(d->dir, sizeof d->dir, "dlockd");
     snprintf(d->log, sizeof d->log, "%s/dlockd.log", d->dir);
@@ -830,6 +850,81 @@ void h_dlockd_restart(struct h_dlockd *d)
     h_dlockd_fail_start(d, "restart");
 }
 
+int h_dlockd_run(const char *const *args, char *out, size_t cap, int timeout_ms)
+{
+    char dir[256], log[300];
+    char *argv[2 + H_MAX_EXTRA];
+    size_t n = 0, got;
+    pid_t pid;
+    int status;
+    FILE *f;
+
+    h_make_dir(dir, sizeof dir, "run");
+    snprintf(log, sizeof log, "%s/out.log", dir);
+    argv[n++] = (char *)h_dlockd_path();
+    for (size_t i = 0; args != NULL && args[i] != NULL; i++) {
+        if (n > H_MAX_EXTRA)
+            H_FAIL("more than %d arguments", H_MAX_EXTRA);
+        argv[n++] = (char *)args[i];
+    }
+    argv[n] = NULL;
+    if ((pid = h_spawn(argv, log)) < 0)
+        H_FAIL("cannot start %s: %s", argv[0], strerror(errno));
+    status = h_wait_pid(pid, timeout_ms);
+    if (status < 0)
+        h_kill9(&pid);
+    out[0] = '\0';
+    if ((f = fopen(log, "r")) != NULL) {
+        got = fread(out, 1, cap - 1, f);
+        out[got] = '\0';
+        fclose(f);
+    }
+    h_remove_tree(dir);
+    return status;
+}
+
+char *h_dlockd_log_read(const struct h_dlockd *d)
+{
+    FILE *f = fopen(d->log, "r");
+    struct h_sb sb = {0};
+    char chunk[8192];
+    size_t n;
+
+    h_sb_add(&sb, "", 0);
+    if (f == NULL)
+        return sb.s;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        h_sb_add(&sb, chunk, n);
+    fclose(f);
+    return sb.s;
+}
+
+int h_log_count(const struct h_dlockd *d, const char *const *needles)
+{
+    char *log = h_dlockd_log_read(d), *save = NULL;
+    int count = 0;
+
+    for (char *line = strtok_r(log, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        int all = 1;
+
+        for (size_t i = 0; needles[i] != NULL && all; i++)
+            all = strstr(line, needles[i]) != NULL;
+        count += all;
+    }
+    free(log);
+    return count;
+}
+
+int h_log_wait(const struct h_dlockd *d, const char *const *needles, int n, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    int count;
+
+    while ((count = h_log_count(d, needles)) < n && h_now_ms() < deadline)
+        h_sleep_ms(20);
+    return count;
+}
+
 void h_dlockd_log_tail(const struct h_dlockd *d, int nlines)
 {
     fprintf(stderr, "---- tail of %s (dlockd on port %d, redis %d) ----\n", d->log, d->port, d->redis_port);
@@ -866,6 +961,26 @@ struct h_conn *h_connect_try(int port)
 
     if (fd < 0)
         return NULL;
+    c = calloc(1, sizeof *c);
+    c->fd = fd;
+    h_track_conn(c);
+    return c;
+}
+
+struct h_conn *h_connect_unix_try(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct h_conn *c;
+
+    if (fd < 0)
+        return NULL;
+    if (strlen(path) >= sizeof sa.sun_path || (strcpy(sa.sun_path, path), connect(fd, (struct sockaddr *)&sa, sizeof sa)) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
     c = calloc(1, sizeof *c);
     c->fd = fd;
     h_track_conn(c);
@@ -1205,6 +1320,75 @@ int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_
     return 0;
 }
 
+/* ------------------------------------------------------- files and HTTP */
+
+void h_tmpdir(char *out, size_t cap, const char *prefix)
+{
+    h_make_dir(out, cap, prefix);
+}
+
+void h_write_file(const char *path, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    FILE *f;
+    int bad;
+
+    /* Written aside and renamed, so a daemon never reads half a file. */
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if ((f = fopen(tmp, "w")) == NULL)
+        H_FAIL("cannot write %s: %s", tmp, strerror(errno));
+    va_start(ap, fmt);
+    bad = vfprintf(f, fmt, ap) < 0;
+    va_end(ap);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) < 0)
+        H_FAIL("cannot write %s: %s", path, strerror(errno));
+}
+
+int h_http_get(int port, const char *path, char **headers, char **body, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    int fd = h_tcp_connect(port), code = -1, closed = 0;
+    struct h_sb resp = {0};
+    char req[1024], chunk[8192], *end;
+
+    if (headers)
+        *headers = NULL;
+    if (body)
+        *body = NULL;
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n", path, port);
+    h_sb_add(&resp, "", 0);
+    if (fd >= 0 && h_send_all(fd, req, strlen(req)) == 0) {
+        /* HTTP/1.0 without keep-alive: the response ends when the server closes. */
+        while (!closed) {
+            struct pollfd p = {fd, POLLIN, 0};
+            int64_t left = deadline - h_now_ms();
+            ssize_t r;
+
+            if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+                break;
+            r = recv(fd, chunk, sizeof chunk, 0);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                closed = 1;
+            else
+                h_sb_add(&resp, chunk, (size_t)r);
+        }
+    }
+    if (closed && (end = strstr(resp.s, "\r\n\r\n")) != NULL && sscanf(resp.s, "HTTP/1.%*d %d", &code) == 1) {
+        if (headers)
+            *headers = strndup(resp.s, (size_t)(end - resp.s));
+        if (body)
+            *body = strdup(end + 4);
+    }
+    if (fd >= 0)
+        close(fd);
+    free(resp.s);
+    return code;
+}
+
 /* ------------------------------------------------------------- assertions */
 
 void h_fail_at(const char *file, int line, const char *fmt, ...)
@@ -1347,6 +1531,7 @@ void h_cleanup(void)
         h_dlockd_stop(d);
         h_remove_tree(d->dir);
         h_free_extra(d->extra);
+        h_free_extra(d->env);
         free(d);
         h_daemons[i] = NULL;
     }

@@ -32,6 +32,8 @@ struct h_dlockd {
     char dir[256];                 /* private directory (mkdtemp) */
     char log[300];                 /* dir/dlockd.log: its stdout and stderr, appended across restarts */
     char *extra[H_MAX_EXTRA + 1];  /* extra arguments, NULL-terminated */
+    char conf[300];                /* config file given as its first argument, "" for none */
+    char *env[H_MAX_EXTRA + 1];    /* "NAME=VALUE" added to its environment, NULL-terminated */
 };
 
 /* A client connection speaking the line protocol. */
@@ -130,6 +132,27 @@ int h_dlockd_stop(struct h_dlockd *d);
 void h_dlockd_kill(struct h_dlockd *d);
 /* Starts it again on the same port with the same arguments and waits for PING. */
 void h_dlockd_restart(struct h_dlockd *d);
+/*
+ * As h_dlockd_start(), and: conf (may be NULL) is passed as the config file,
+ * the first argument, so the harness's --listen/--redis/--log-level and extra
+ * are read after it; env ("NAME=VALUE" strings up to a NULL, may be NULL) is
+ * added to the daemon's environment. Both are kept for h_dlockd_restart().
+ */
+struct h_dlockd *h_dlockd_start_with(int redis_port, const char *conf, const char *const *env,
+                                     const char *const *extra);
+/*
+ * Runs DLOCKD_PATH with exactly args (NULL-terminated; no harness arguments)
+ * and waits up to timeout_ms for it to exit. Its stdout and stderr go to out
+ * (NUL-terminated, cut to cap). Returns the wait status, or -1 when it did not
+ * exit in time (it is then killed).
+ */
+int h_dlockd_run(const char *const *args, char *out, size_t cap, int timeout_ms);
+/* The whole log of d as a malloc'd string ("" when there is none). */
+char *h_dlockd_log_read(const struct h_dlockd *d);
+/* Number of lines of d's log that contain every string of needles (NULL-terminated). */
+int h_log_count(const struct h_dlockd *d, const char *const *needles);
+/* Polls d's log until h_log_count(d, needles) >= n or timeout_ms passed; returns the last count. */
+int h_log_wait(const struct h_dlockd *d, const char *const *needles, int n, int timeout_ms);
 /* Prints the last nlines lines of its log to stderr. */
 void h_dlockd_log_tail(const struct h_dlockd *d, int nlines);
 /* Prints the tail of every running daemon's log (what failing assertions do). */
@@ -139,6 +162,8 @@ void h_dump_logs(void);
 
 /* Connects to 127.0.0.1:port; NULL on failure. */
 struct h_conn *h_connect_try(int port);
+/* Connects to the unix stream socket at path; NULL on failure. */
+struct h_conn *h_connect_unix_try(const char *path);
 void h_close(struct h_conn *c);
 /* Sends the formatted text followed by "\n". Returns 0, or -1 when the connection is broken. */
 int h_send(struct h_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -177,6 +202,20 @@ int h_json_has(const char *json, const char *needle);
 long long h_json_int(const char *json, const char *key);
 /* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
 int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms);
+
+/* ---- files and HTTP */
+
+/* Creates a fresh directory under the run's base directory (removed with it) into out. */
+void h_tmpdir(char *out, size_t cap, const char *prefix);
+/* Replaces the file at path with the formatted text; fails the test on error. */
+void h_write_file(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * GET path from 127.0.0.1:port over HTTP/1.0 and reads the response until the
+ * server closes. Returns the status code, or -1 when there was no complete
+ * response within timeout_ms. headers and body (may be NULL) get malloc'd
+ * copies of the header block (status line included) and of the body.
+ */
+int h_http_get(int port, const char *path, char **headers, char **body, int timeout_ms);
 
 /* ---- assertions: they fail the test with the caller's file and line and print the daemons' log tails */
 
