@@ -106,6 +106,7 @@ static void cmd_hello(struct req *r)
         resumed = 1;
     }
     session_touch(s);
+    s->hello = 1;
     if (r->pr.has & PROTO_O_TTL)
         session_set_ttl(s, r->pr.ttl_ms);
     if (r->pr.has & PROTO_O_NAME)

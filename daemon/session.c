@@ -113,8 +113,8 @@ void session_end(struct session *s, enum session_end why)
 
     if (why == SESSION_EXPIRED) {
         d->stats.expired_sessions++;
-        if (!TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
-            log_info("s%s: session '%s' expired", s->id, s->name);
+        if (s->hello || !TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
+            log_info("s%s: session '%s' expired with %d holds", s->id, s->name, s->nholds);
     }
     reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);

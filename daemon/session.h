@@ -25,6 +25,7 @@ struct session {
     TAILQ_HEAD(, hold) holds;
     TAILQ_HEAD(, wait) waits;
     int nholds;
+    int hello;                    /* opened or named by HELLO: its end is logged */
     struct dict *ids;             /* id= -> struct idrec */
     TAILQ_HEAD(, idrec) idlist;   /* oldest first */
     int nids;
