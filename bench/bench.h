@@ -172,6 +172,8 @@ uint64_t sys_redis_used_memory(struct bench *b);
 /* FLUSHALL: empties Redis (the scripts stay loaded). */
 int sys_redis_flushall(struct bench *b);
 int sys_procstat(int pid, struct procstat *ps);
+/* Clock ticks of the whole machine in user, system and steal time, every CPU (/proc/stat); 0 on failure. */
+uint64_t sys_busy_ticks(void);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
 /* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */

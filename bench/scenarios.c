@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -16,7 +17,8 @@
 struct snap {
     uint64_t t;
     struct cmdstats cs;
-    struct procstat dl, rd;
+    struct procstat dl, rd, self;
+    uint64_t busy; /* ticks of every CPU of the machine */
 };
 
 static struct snap s0, s1;
@@ -26,6 +28,8 @@ static void take(struct bench *b, struct snap *s)
     sys_cmdstats(b, &s->cs);
     sys_procstat(b->o.dlockd_pid, &s->dl);
     sys_procstat(b->o.redis_pid, &s->rd);
+    sys_procstat(getpid(), &s->self);
+    s->busy = sys_busy_ticks();
     s->t = now_ns();
 }
 
@@ -53,6 +57,20 @@ static void finish(struct bench *b)
     event_base_loopexit(b->base, NULL);
 }
 
+/* CPU % of one core that processes other than dlock-bench, dlockd and redis-server used:
+ * the other people's load that disturbs a run on a shared machine. */
+static double other_cpu(const struct snap *a, const struct snap *z, double secs)
+{
+    struct procstat x = { 0, 0 }, y = { 0, 0 };
+    uint64_t ours = (z->dl.cpu_ticks - a->dl.cpu_ticks) + (z->rd.cpu_ticks - a->rd.cpu_ticks) +
+                    (z->self.cpu_ticks - a->self.cpu_ticks);
+
+    if (z->busy < a->busy + ours)
+        return 0;
+    y.cpu_ticks = z->busy - a->busy - ours;
+    return sys_cpu_pct(&x, &y, secs);
+}
+
 /* Redis commands and CPU of the window. */
 static void add_window(struct bench *b)
 {
@@ -65,6 +83,8 @@ static void add_window(struct bench *b)
         result_add(b, "dlockd_cpu", "%.2f", sys_cpu_pct(&s0.dl, &s1.dl, secs));
     if (b->o.redis_pid)
         result_add(b, "redis_cpu", "%.2f", sys_cpu_pct(&s0.rd, &s1.rd, secs));
+    result_add(b, "bench_cpu", "%.2f", sys_cpu_pct(&s0.self, &s1.self, secs));
+    result_add(b, "other_cpu", "%.2f", other_cpu(&s0, &s1, secs));
 }
 
 static void add_latency(struct bench *b, const char *prefix, const struct hist *h)
