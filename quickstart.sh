@@ -16,8 +16,9 @@ set -eu
 top=$(cd "$(dirname "$0")" && pwd)
 cd "$top"
 
+# systemd: systemd-analyze and systemd.pc, for tests/check_systemd.sh and the unit directory.
 pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
-      libjansson-dev check redis-server)
+      libjansson-dev check redis-server systemd)
 
 say() { printf 'quickstart: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
