@@ -323,9 +323,13 @@ def check(run, slack_ms=100):
             else:
                 victims = [h for h in locks if h.d == f["daemon"] and h.start <= t0 <= h.believed]
             for v in victims:
+                # someone must have been waiting, and still be: not a wait that died with the
+                # fault (on the killed daemon, or its connection broke)
                 waiting = [inv for inv, comp in pending_ops
                            if inv["n"] == v.name and inv["op"] == "lock" and inv["t"] < t0 and
-                           (inv["c"], inv["g"]) != (v.c, v.g) and (comp is None or comp["t"] > t0)]
+                           (inv["c"], inv["g"]) != (v.c, v.g) and (comp is None or comp["t"] > t0) and
+                           not (scope == "daemon" and inv.get("d") == f["daemon"]) and
+                           not (comp is not None and comp["k"] == "info")]
                 if not waiting:
                     continue
                 nxt = [h.start for h in locks if h.name == v.name and h.start > t0 and h is not v]

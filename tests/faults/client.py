@@ -373,6 +373,7 @@ def main():
         pass
     dl.quit()
     hist.rec(k="ev", e="EXIT")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a late SIGTERM must not turn exit 0 into a kill
 
 
 if __name__ == "__main__":

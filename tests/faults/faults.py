@@ -168,11 +168,12 @@ class Proc:
             os.kill(self.p.pid, signal.SIGKILL)
         return self.p.wait()
 
-    def stop(self, timeout=10.0):
-        """SIGTERM (after SIGCONT); SIGKILL after timeout. Returns (status, killed)."""
+    def stop(self, timeout=10.0, term=True):
+        """SIGTERM (after SIGCONT) unless term is False (already sent); SIGKILL after timeout.
+        Returns (status, killed)."""
         if self.p is None:
             return None, False
-        if self.alive():
+        if self.alive() and term:
             self.resume()
             self.p.send_signal(signal.SIGTERM)
         try:
@@ -314,8 +315,9 @@ class Scenario:
 
     # --- who holds what
     def holders(self):
-        """Client ids that hold a lock now (STATUS on every live daemon; empty when unknown)."""
-        out = set()
+        """{client id: held_ms} of the clients that hold a lock now, from STATUS on every
+        live daemon (empty when nobody can tell)."""
+        out = {}
         for p, port in self.dlockd:
             if not p.alive():
                 continue
@@ -330,21 +332,27 @@ class Scenario:
                         st = json.loads(rep[3:])
                         for h in st.get("holders", []):
                             if h.get("client") in self.clients:
-                                out.add(h["client"])
+                                out[h["client"]] = h.get("held_ms", 0)
                 c.send("QUIT")
             except (OSError, EOFError, TimeoutError, ValueError):
                 pass
             finally:
                 c.close()
-        return sorted(out)
+        return out
 
-    def pick_victim(self):
-        """A current lock holder when there is one (seeded choice), else any client."""
-        for _ in range(10):
-            hs = [h for h in self.holders() if not self.clients[h][0].paused]
-            if hs:
-                return self.rng.choice(hs)
-            time.sleep(0.05)
+    def pick_victim(self, fresh_ms=100):
+        """A client that holds a lock, preferably one granted less than fresh_ms ago (so the
+        fault lands between its READ and its WRITE); else any client. Seeded choice."""
+        best = []
+        for _ in range(40):
+            hs = {c: ms for c, ms in self.holders().items() if not self.clients[c][0].paused}
+            fresh = sorted(c for c, ms in hs.items() if ms < fresh_ms)
+            if fresh:
+                return self.rng.choice(fresh)
+            best = sorted(hs) or best
+            time.sleep(0.025)
+        if best:
+            return self.rng.choice(best)
         return self.rng.choice(sorted(self.clients))
 
     # --- nemeses
@@ -516,7 +524,7 @@ class Scenario:
         for cid, ent in sorted(self.clients.items()):
             ent[0].signal(signal.SIGTERM)
         for cid, ent in sorted(self.clients.items()):
-            st, killed = ent[0].stop(timeout=15.0)
+            st, killed = ent[0].stop(timeout=15.0, term=False)
             if killed:
                 stuck.append(cid)
             elif st != 0:
