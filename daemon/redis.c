@@ -33,6 +33,8 @@ struct redis {
     char latch_channel[256]; /* where a latch that reaches 0 is announced */
     int closed;              /* shutting down: no reconnects */
     uint64_t answering_sent; /* sent time of the call whose callback runs */
+    int answering_late;      /* the callback running is a late one */
+    uint64_t trouble_at;     /* monotonic ms the link last went down or a call timed out */
 };
 
 struct redis_call {
@@ -62,8 +64,19 @@ int redis_jeopardy(const struct redis *rd)
     return rd->jeopardy;
 }
 
+int redis_answering_late(const struct redis *rd)
+{
+    return rd->answering_late;
+}
+
+int redis_trouble_since(const struct redis *rd, uint64_t ms)
+{
+    return rd->jeopardy || rd->trouble_at >= ms;
+}
+
 static void enter_jeopardy(struct redis *rd)
 {
+    rd->trouble_at = now_ms();
     if (rd->jeopardy)
         return;
     rd->jeopardy = 1;
@@ -166,7 +179,9 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (r == NULL && call->late)
             call->late(call->rd->d, NULL, call->arg);
     } else if (call->late) {
+        call->rd->answering_late = 1;
         call->late(call->rd->d, r, call->arg);
+        call->rd->answering_late = 0;
     }
     if (r && call->rd->jeopardy)
         renew_now(call->rd->d);

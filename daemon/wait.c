@@ -123,7 +123,11 @@ size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
         snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, at + 1, buf, sizeof(buf)));
         snprintf(counts, sizeof(counts), "%s", redis_elem(rep, at + 2, buf, sizeof(buf)));
         snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, at + 3, buf, sizeof(buf)));
-        wait_granted(w, tokens, counts, free_permits);
+        /* A grant in a reply that came after its call timed out may have lapsed since. */
+        if (redis_answering_late(d->redis))
+            wait_lapsed(d, wid);
+        else
+            wait_granted(w, tokens, counts, free_permits);
     }
     return (size_t)(2 + 4 * n);
 }
@@ -166,7 +170,10 @@ void wait_on_message(struct dlockd *d, const char *msg)
     struct wait *w;
 
     if (sscanf(msg, "G %63s %1535s %1535s %23s", wid, tokens, counts, free_permits) == 4) {
-        if ((w = dict_get(d->waits, wid)) != NULL)
+        /* Sent before the link had trouble, the grant may have lapsed unrenewed: check it. */
+        if ((w = dict_get(d->waits, wid)) != NULL && redis_trouble_since(d->redis, w->submitted))
+            wait_lapsed(d, wid);
+        else if (w != NULL)
             wait_granted(w, tokens, counts, free_permits);
     } else if (sscanf(msg, "R %200s %lld", name, &le.ms) == 2) {
         dict_each(d->waits, arm_if_on, &le);
@@ -282,6 +289,7 @@ void wait_submit(struct wait *w)
         args[n++] = limit;
     }
     w->queued = 0;
+    w->submitted = now_ms();
     rc = hold_script(d, w->kind == WAIT_SEM ? SCRIPT_ACQUIRE : SCRIPT_LOCK, w->nnames,
                      (const char *const *)w->names, n, args, on_submit, on_submit_late, wid);
     if (rc) {
