@@ -252,9 +252,8 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
     return 0;
 }
 
-int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen)
+static int load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen)
 {
-    memset(cfg, 0, sizeof(*cfg));
     if (file && (cfg->file = strdup(file)) == NULL)
         return fail(err, errlen, "config", file, "out of memory");
     for (size_t i = 0; i < NKEYS; i++)
@@ -267,12 +266,22 @@ int config_load(struct config *cfg, const char *file, int argc, char **argv, cha
     return validate(cfg, err, errlen);
 }
 
+int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    if (load(cfg, file, argc, argv, err, errlen) == 0)
+        return 0;
+    config_free(cfg);
+    return -1;
+}
+
 void config_free(struct config *cfg)
 {
     free(cfg->redis_password);
     free(cfg->key_prefix);
     free(cfg->requirepass);
     free(cfg->file);
+    cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->file = NULL;
 }
 
 static int same_str(const char *a, const char *b)

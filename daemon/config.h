@@ -54,7 +54,8 @@ const char *config_addr_str(const struct addr *a, char *buf, size_t len);
 
 /*
  * Loads defaults, then FILE (may be NULL), then `--key value` pairs from
- * argv. Returns 0, or -1 with a one-line reason naming file, line and key.
+ * argv. Returns 0, or -1 with a one-line reason naming file, line and key
+ * (cfg is then freed). config_free may be called again on a freed cfg.
  */
 int config_load(struct config *cfg, const char *file, int argc, char **argv, char *err, size_t errlen);
 void config_free(struct config *cfg);

@@ -22,11 +22,20 @@ static uint64_t next_conn_id = 1;
 static void conn_free(struct conn *c, const char *reason);
 static void run_next(struct conn *c);
 
-static void on_cut(evutil_socket_t fd, short what, void *arg)
+static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
+    struct conn *c = arg;
+
     (void)fd;
     (void)what;
-    conn_free(arg, "output limit");
+    conn_free(c, c->close_reason);
+}
+
+/* Frees c on a later turn of the loop: its callers may still be using it. */
+static void reap_soon(struct conn *c, const char *reason)
+{
+    c->close_reason = reason;
+    event_active(c->reaper, EV_TIMEOUT, 0);
 }
 
 static void write_line(struct conn *c, const char *line, int len)
@@ -43,7 +52,7 @@ static void write_line(struct conn *c, const char *line, int len)
         c->closing = 1;
         bufferevent_disable(c->bev, EV_READ | EV_WRITE);
         evbuffer_drain(out, evbuffer_get_length(out));
-        event_active(c->cut, EV_TIMEOUT, 0);
+        reap_soon(c, "output limit");
     }
 }
 
@@ -239,7 +248,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
 
     if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-        conn_free(c, NULL);
+        reap_soon(c, c->close_reason);
 }
 
 /* The client closed its side. As Redis does, what it sent before is still
@@ -277,9 +286,10 @@ void conn_close_soon(struct conn *c, const char *reason)
         return;
     log_debug("c%llu: closing: %s", (unsigned long long)c->id, reason);
     c->closing = 1;
+    c->close_reason = reason;
     bufferevent_disable(c->bev, EV_READ);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-        conn_free(c, NULL);
+        reap_soon(c, reason);
 }
 
 static void conn_free(struct conn *c, const char *reason)
@@ -306,7 +316,7 @@ static void conn_free(struct conn *c, const char *reason)
     if (c->session)
         c->session->conn = NULL;
     deadline_cancel(d->deadlines, &c->auth_dl);
-    event_free(c->cut);
+    event_free(c->reaper);
     TAILQ_REMOVE(&d->conns, c, link);
     d->nconns--;
     bufferevent_free(c->bev);
@@ -351,7 +361,7 @@ struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *pee
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
     c->bev = bev;
-    if ((c->cut = event_new(d->base, -1, 0, on_cut, c)) == NULL)
+    if ((c->reaper = event_new(d->base, -1, 0, on_reap, c)) == NULL)
         fatalx("conn: out of memory");
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);

@@ -43,7 +43,8 @@ struct conn {
     int closing;              /* close once the output is written */
     int eof;                  /* the client sent no more: finish what it sent, then close */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
-    struct event *cut;        /* frees it on the next loop turn (output limit) */
+    struct event *reaper;     /* frees it on a later loop turn, once closing */
+    const char *close_reason; /* for the log, when the reaper frees it */
     struct req_list queued;   /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
@@ -78,7 +79,7 @@ void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(prin
 int conn_gone(const struct conn *c);
 /* Marks c authenticated. */
 void conn_authed(struct conn *c);
-/* Closes c once its output is written. */
+/* Closes c once its output is written; never frees it before returning. */
 void conn_close_soon(struct conn *c, const char *reason);
 /* Closes every connection now (shutdown). */
 void conn_close_all(struct dlockd *d);

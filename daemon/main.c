@@ -112,15 +112,19 @@ static void watchdog_start(struct dlockd *d)
  * quickly does not hand their locks to others meanwhile. */
 static void dlockd_free(struct dlockd *d)
 {
-    redis_close(d->redis);
+    if (d->redis)
+        redis_close(d->redis);
+    server_close(d);
     admin_stop(d);
     conn_close_all(d);
     session_free_all(d);
     wait_free_all(d);
-    redis_free(d->redis);
+    if (d->redis)
+        redis_free(d->redis);
     if (d->watchdog)
         event_free(d->watchdog);
-    event_free(d->renew_timer);
+    if (d->renew_timer)
+        event_free(d->renew_timer);
     dict_free(d->sessions);
     dict_free(d->holds);
     dict_free(d->waits);
@@ -184,8 +188,10 @@ int main(int argc, char **argv)
     d.names = dict_new();
     d.latches = dict_new();
     TAILQ_INIT(&d.conns);
-    if (server_listen(&d) || admin_start(&d))
+    if (server_listen(&d) || admin_start(&d)) {
+        dlockd_free(&d);
         return 1;
+    }
     d.redis = redis_new(&d);
     redis_start(d.redis);
     renew_start(&d);
@@ -198,7 +204,6 @@ int main(int argc, char **argv)
     evsignal_add(sighup, NULL);
     log_info("dlockd %s started, id %s", PACKAGE_VERSION, d.id);
     event_base_dispatch(d.base);
-    server_close(&d);
     event_free(sigint);
     event_free(sigterm);
     event_free(sighup);

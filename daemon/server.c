@@ -20,6 +20,7 @@
 struct server {
     struct evconnlistener *listeners[CONFIG_MAX_LISTEN];
     int n;
+    int inherited; /* the sockets came from systemd: their paths are not ours to unlink */
 };
 
 static void peer_name(const struct sockaddr *sa, char *buf, size_t len)
@@ -129,7 +130,7 @@ int server_listen(struct dlockd *d)
     if (srv == NULL)
         fatalx("server: out of memory");
     d->server = srv;
-    if (listen_inherited(d, srv))
+    if ((srv->inherited = listen_inherited(d, srv)) > 0)
         return 0;
     for (int i = 0; i < d->cfg.nlisten; i++) {
         const struct addr *a = &d->cfg.listen[i];
@@ -155,7 +156,7 @@ void server_close(struct dlockd *d)
         return;
     for (int i = 0; i < srv->n; i++)
         evconnlistener_free(srv->listeners[i]);
-    for (int i = 0; i < d->cfg.nlisten; i++)
+    for (int i = 0; i < d->cfg.nlisten && !srv->inherited; i++)
         if (d->cfg.listen[i].is_unix)
             unlink(d->cfg.listen[i].path);
     free(srv);
