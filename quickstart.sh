@@ -19,7 +19,7 @@ cd "$top"
 # systemd: systemd-analyze and systemd.pc, for tests/check_systemd.sh and the unit directory.
 # python3, nftables, iproute2: make check-faults (tests/faults/: clients, network faults).
 pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
-      libjansson-dev check redis-server systemd python3 nftables iproute2)
+      libjansson-dev check redis-server systemd python3 nftables iproute2 netcat-openbsd)
 
 say() { printf 'quickstart: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
