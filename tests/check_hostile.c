@@ -644,6 +644,36 @@ START_TEST(test_many_connections)
 }
 END_TEST
 
+/* Requests pipelined behind a QUIT: the QUIT answers, ends the session once and closes; what
+ * follows it is not run. (A second QUIT run from inside the first one's reply used to end the
+ * session a second time, after it was freed.) */
+START_TEST(test_pipelined_quit)
+{
+    static const char *const scripts[] = { "LOCK pq\nQUIT\nQUIT\n", "LOCK pq\nQUIT\nPING\nLOCK pq2\nQUIT\n",
+                                           "#t LOCK pq\nQUIT\nQUIT\nQUIT\n" };
+    struct h_conn *probe;
+
+    D = h_dlockd_start(R->port, NULL);
+    probe = H_CLIENT(D, "name=probe");
+    for (size_t i = 0; i < sizeof scripts / sizeof scripts[0]; i++) {
+        struct h_conn *c = H_CONNECT(D->port);
+        const char *r;
+        int n = 0;
+
+        h_send_raw(c, scripts[i], strlen(scripts[i]));
+        while ((r = h_line(c, H_TIMEOUT)) != NULL)
+            n += strcmp(r, "OK") == 0;
+        if (h_request(probe, H_TIMEOUT, "PING") == NULL)
+            H_FAIL("script %zu: the daemon died (pid %d)", i, (int)D->pid);
+        ck_assert_msg(c->eof, "script %zu: the connection was not closed", i);
+        ck_assert_msg(n == 1, "script %zu: %d plain OK replies, want 1 (for the first QUIT)", i, n);
+        h_close(c);
+    }
+    H_REQ(probe, "OK token=%d count=1", "LOCK pq");
+    H_REQ(probe, "OK token=%d count=1", "LOCK pq2");
+}
+END_TEST
+
 /* Raises the open-file limit to its hard maximum: 10 000 clients need as many descriptors
  * here and in the daemon (which inherits the limit). */
 static void raise_nofile(void)
@@ -674,6 +704,7 @@ static Suite *hostile_suite(void)
 {
     Suite *s = suite_create("hostile");
 
+    add_case(s, "quit", test_pipelined_quit);
     add_case(s, "slowloris", test_slowloris);
     add_case(s, "hugeline", test_huge_line);
     add_case(s, "pipeline", test_pipeline_no_read);
