@@ -125,13 +125,11 @@ static void cmd_ping(struct req *r)
 
 static void cmd_quit(struct req *r)
 {
-    struct conn *c = r->c;
-    struct session *s = c->session;
-
-    req_reply(r, "OK", NULL);
-    if (s)
-        session_end(s, SESSION_QUIT);
-    conn_close_soon(c, "quit");
+    if (r->c->quitting) {
+        req_drop(r); /* a second QUIT, tagged: the first one answers */
+        return;
+    }
+    conn_quit(r->c, r);
 }
 
 static void cmd_auth(struct req *r)

@@ -21,6 +21,7 @@ static uint64_t next_conn_id = 1;
 
 static void conn_free(struct conn *c, const char *reason);
 static void run_next(struct conn *c);
+static void quit_now(struct conn *c);
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
@@ -68,10 +69,41 @@ static void req_end(struct req *r)
             c->untagged_busy = 0;
             run_next(c);
         }
-        if (c->eof && TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
+        if (c->quit && r != c->quit && TAILQ_FIRST(&c->running) == c->quit && TAILQ_NEXT(c->quit, link) == NULL)
+            quit_now(c);
+        else if (c->eof && TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
             conn_close_soon(c, "closed by client, all answered");
     }
     free(r);
+}
+
+static void quit_now(struct conn *c)
+{
+    struct req *r = c->quit;
+    struct session *s = c->session;
+
+    c->quit = NULL;
+    if (s)
+        session_end(s, SESSION_QUIT);
+    req_reply(r, "OK", NULL);
+    conn_close_soon(c, "quit");
+}
+
+void conn_quit(struct conn *c, struct req *r)
+{
+    struct req *other, *next;
+
+    c->quitting = 1;
+    c->quit = r;
+    for (other = TAILQ_FIRST(&c->running); other != NULL; other = next) {
+        next = TAILQ_NEXT(other, link);
+        if (other != r && other->quit)
+            other->quit(other);
+        else if (other != r && other->gone)
+            other->gone(other);
+    }
+    if (TAILQ_FIRST(&c->running) == r && TAILQ_NEXT(r, link) == NULL)
+        quit_now(c);
 }
 
 int conn_gone(const struct conn *c)
@@ -175,7 +207,7 @@ static void run_next(struct conn *c)
 {
     struct req *r;
 
-    if (c->untagged_busy || c->closing || (r = TAILQ_FIRST(&c->queued)) == NULL)
+    if (c->untagged_busy || c->closing || c->quitting || (r = TAILQ_FIRST(&c->queued)) == NULL)
         return;
     TAILQ_REMOVE(&c->queued, r, link);
     run(c, r);
@@ -313,6 +345,8 @@ static void conn_free(struct conn *c, const char *reason)
         TAILQ_REMOVE(&c->running, r, link);
         r->c = NULL; /* its reply, when it comes, is swallowed */
     }
+    if (c->quit && c->session)
+        session_end(c->session, SESSION_QUIT); /* it asked to QUIT: gone or not, it ends */
     if (c->session)
         c->session->conn = NULL;
     deadline_cancel(d->deadlines, &c->auth_dl);

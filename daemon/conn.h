@@ -22,6 +22,7 @@ struct req {
     struct proto_req pr;              /* points into line */
     int untagged;
     void (*gone)(struct req *r);      /* called if the connection closes first */
+    void (*quit)(struct req *r);      /* called at QUIT instead of gone; must end r in time */
     void *ctx;                        /* the verb's state, for gone */
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
@@ -42,6 +43,8 @@ struct conn {
     int untagged_busy;        /* an untagged request is being served */
     int closing;              /* close once the output is written */
     int eof;                  /* the client sent no more: finish what it sent, then close */
+    int quitting;             /* QUIT ran: nothing behind it runs */
+    struct req *quit;         /* a QUIT waiting for the requests before it to end */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     struct event *reaper;     /* frees it on a later loop turn, once closing */
     const char *close_reason; /* for the log, when the reaper frees it */
@@ -77,6 +80,13 @@ struct session *req_session(struct req *r);
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* 1 when nobody can wait on c any more (it is closing, or sent EOF). */
 int conn_gone(const struct conn *c);
+/*
+ * QUIT: nothing queued behind r runs; once every other request of c has
+ * ended (waits are cancelled at once), the session ends, r is answered OK
+ * and c closes, so whatever r's OK is read after, nothing of the session
+ * is held any more.
+ */
+void conn_quit(struct conn *c, struct req *r);
 /* Marks c authenticated. */
 void conn_authed(struct conn *c);
 /* Closes c once its output is written; never frees it before returning. */

@@ -35,7 +35,7 @@ static void wait_free(struct wait *w)
     if (w->s)
         TAILQ_REMOVE(&w->s->waits, w, in_session);
     if (w->req)
-        w->req->gone = NULL;
+        w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
     deadline_cancel(d->deadlines, &w->retry);
     for (int i = 0; i < w->nnames; i++)
@@ -50,7 +50,7 @@ static struct req *wait_take_req(struct wait *w)
 
     w->req = NULL;
     if (r)
-        r->gone = NULL;
+        r->gone = r->quit = NULL;
     return r;
 }
 
@@ -201,7 +201,9 @@ static void finish_submit(struct dlockd *d, const char *wid, const redisReply *r
     }
     if (strcmp(st, "WAIT") == 0) {
         w->queued = 1;
-        if (w->req && conn_gone(w->req->c))
+        if (w->quitting)
+            wait_cancel(w);
+        else if (w->req && conn_gone(w->req->c))
             wait_abandon(w); /* its connection closed while it was sent */
         else if (w->abandoned)
             wait_cancel(w);
@@ -358,12 +360,14 @@ static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
         w->cancelling = 0;
         if (strcmp(st, "GRANTED") == 0) {
             wait_granted(w, tokens, counts, "0");
-        } else if (w->resubmit && !w->abandoned) {
+        } else if (w->resubmit && !w->abandoned && !w->quitting) {
             w->resubmit = 0;
             wait_submit(w);
         } else {
             struct req *r = wait_take_req(w);
-            if (r) {
+            if (r && w->quitting) {
+                req_drop(r);
+            } else if (r) {
                 d->stats.timeouts++;
                 req_reply(r, "TIMEOUT", NULL);
             }
@@ -430,6 +434,18 @@ static void on_req_gone(struct req *r)
     wait_abandon(w);
 }
 
+/* QUIT: cancel in Redis, but keep the request (and so the QUIT) until the
+ * cancel answers, so that a grant it may have won is released before QUIT's OK. */
+static void on_req_quit(struct req *r)
+{
+    struct wait *w = r->ctx;
+
+    w->quitting = 1;
+    w->resubmit = 0;
+    deadline_cancel(w->d->deadlines, &w->timeout);
+    wait_cancel(w); /* not queued yet: finish_submit cancels it */
+}
+
 void wait_abandon_session(struct session *s)
 {
     struct wait *w;
@@ -480,6 +496,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     dict_set(d->waits, w->wid, w);
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
     r->gone = on_req_gone;
+    r->quit = on_req_quit;
     r->ctx = w;
     return w;
 }

@@ -34,6 +34,7 @@ struct wait {
     int cancelling;           /* a cancel script is in flight */
     int abandoned;            /* timed out, or nobody waits any more */
     int resubmit;             /* the cancel checks a lapsed entry: queue again */
+    int quitting;             /* its connection QUITs: cancel, keeping the request until answered */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
     TAILQ_ENTRY(wait) in_session;
     int nnames;
