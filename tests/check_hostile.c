@@ -208,6 +208,12 @@ static void lat_add(struct lat *l, int64_t us)
     l->us[l->n++] = us;
 }
 
+static void lat_free(struct lat *l)
+{
+    free(l->us);
+    memset(l, 0, sizeof(*l));
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -363,6 +369,8 @@ START_TEST(test_slowloris)
     ck_assert_int_eq(info_int(probe, "connections"), 1);
     peers_close(p, SLOW);
     free(p);
+    lat_free(&base);
+    lat_free(&during);
 }
 END_TEST
 
@@ -409,6 +417,8 @@ START_TEST(test_huge_line)
     ck_assert_msg(lat_q(&during, 0.99) < PROBE_P99_MS, "probe p99 %.2f ms", lat_q(&during, 0.99));
     close(p.fd);
     free(junk);
+    lat_free(&base);
+    lat_free(&during);
 }
 END_TEST
 
@@ -465,6 +475,8 @@ START_TEST(test_pipeline_no_read)
     ck_assert_msg(lat_q(&during, 0.99) < PROBE_P99_MS, "probe p99 %.2f ms", lat_q(&during, 0.99));
     close(fd);
     free(chunk);
+    lat_free(&base);
+    lat_free(&during);
 }
 END_TEST
 
@@ -641,6 +653,8 @@ START_TEST(test_many_connections)
     ck_assert_msg(lat_q(&during, 0.99) < PROBE_P99_MS, "probe p99 %.2f ms", lat_q(&during, 0.99));
     peers_close(p, MANY);
     free(p);
+    lat_free(&base);
+    lat_free(&during);
 }
 END_TEST
 
