@@ -688,6 +688,41 @@ START_TEST(test_pipelined_quit)
 }
 END_TEST
 
+/* Untagged requests pipelined behind one that waits for Redis run one after the other when it
+ * is answered, in order, however many there are. (Each one used to be run from inside the reply
+ * of the one before: a few hundred of them overflowed the daemon's stack.) */
+START_TEST(test_pipelined_untagged)
+{
+    const int n = 100000;
+    const size_t len = strlen("LOCK pu\n") + (size_t)n * 5;
+    char *burst = malloc(len + 1);
+    struct h_conn *probe, *c;
+    const char *r;
+    int ok = 0, locked;
+    int64_t start;
+
+    D = h_dlockd_start(R->port, NULL);
+    probe = H_CLIENT(D, "name=probe");
+    strcpy(burst, "LOCK pu\n");
+    for (int i = 0; i < n; i++)
+        memcpy(burst + 8 + (size_t)i * 5, "PING\n", 5);
+    c = H_CONNECT(D->port);
+    start = h_now_ms();
+    h_send_raw(c, burst, len);
+    r = h_line(c, H_TIMEOUT);
+    locked = r != NULL && h_match(r, "OK token=%d count=1");
+    while (locked && ok < n && (r = h_line(c, H_TIMEOUT)) != NULL && strcmp(r, "OK") == 0)
+        ok++;
+    printf("hostile: LOCK + %d untagged PINGs in one write: %d answered in order in %lld ms\n", n, ok,
+           (long long)(h_now_ms() - start));
+    if (h_request(probe, H_TIMEOUT, "PING") == NULL)
+        H_FAIL("the daemon died (pid %d) after LOCK + %d untagged PINGs in one write", (int)D->pid, n);
+    ck_assert_msg(locked, "LOCK got '%s'", r ? r : "(nothing)");
+    ck_assert_int_eq(ok, n);
+    free(burst);
+}
+END_TEST
+
 /* Raises the open-file limit to its hard maximum: 10 000 clients need as many descriptors
  * here and in the daemon (which inherits the limit). */
 static void raise_nofile(void)
@@ -719,6 +754,7 @@ static Suite *hostile_suite(void)
     Suite *s = suite_create("hostile");
 
     add_case(s, "quit", test_pipelined_quit);
+    add_case(s, "untagged", test_pipelined_untagged);
     add_case(s, "slowloris", test_slowloris);
     add_case(s, "hugeline", test_huge_line);
     add_case(s, "pipeline", test_pipeline_no_read);
