@@ -660,11 +660,13 @@ END_TEST
 
 /* Requests pipelined behind a QUIT: the QUIT answers, ends the session once and closes; what
  * follows it is not run. (A second QUIT run from inside the first one's reply used to end the
- * session a second time, after it was freed.) */
+ * session a second time, after it was freed; then a tagged AWAIT that QUIT ended at once let
+ * QUIT answer and free itself while it was still walking the running requests.) */
 START_TEST(test_pipelined_quit)
 {
     static const char *const scripts[] = { "LOCK pq\nQUIT\nQUIT\n", "LOCK pq\nQUIT\nPING\nLOCK pq2\nQUIT\n",
-                                           "#t LOCK pq\nQUIT\nQUIT\nQUIT\n" };
+                                           "#t LOCK pq\nQUIT\nQUIT\nQUIT\n",
+                                           "LATCH pql count=1\n#t AWAIT pql wait=5s\nQUIT\n" };
     struct h_conn *probe;
 
     D = h_dlockd_start(R->port, NULL);
