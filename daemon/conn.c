@@ -20,8 +20,7 @@
 static uint64_t next_conn_id = 1;
 
 static void conn_free(struct conn *c, const char *reason);
-static void run_next(struct conn *c);
-static void quit_now(struct conn *c);
+static void advance_soon(struct conn *c);
 
 static void on_reap(evutil_socket_t fd, short what, void *arg)
 {
@@ -65,14 +64,9 @@ static void req_end(struct req *r)
         reqid_dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
-        if (r->untagged) {
+        if (r->untagged)
             c->untagged_busy = 0;
-            run_next(c);
-        }
-        if (c->quit && r != c->quit && TAILQ_FIRST(&c->running) == c->quit && TAILQ_NEXT(c->quit, link) == NULL)
-            quit_now(c);
-        else if (c->eof && TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
-            conn_close_soon(c, "closed by client, all answered");
+        advance_soon(c);
     }
     free(r);
 }
@@ -102,8 +96,7 @@ void conn_quit(struct conn *c, struct req *r)
         else if (other != r && other->gone)
             other->gone(other);
     }
-    if (TAILQ_FIRST(&c->running) == r && TAILQ_NEXT(r, link) == NULL)
-        quit_now(c);
+    advance_soon(c);
 }
 
 int conn_gone(const struct conn *c)
@@ -202,15 +195,41 @@ static void run(struct conn *c, struct req *r)
     cmd_dispatch(r);
 }
 
-/* Starts the next queued untagged request, if the last one is done. */
-static void run_next(struct conn *c)
-{
-    struct req *r;
+#define ADVANCE_BATCH 256 /* queued requests run per turn of the loop */
 
-    if (c->untagged_busy || c->closing || c->quitting || (r = TAILQ_FIRST(&c->queued)) == NULL)
+/*
+ * What comes next on c: the queued untagged requests, a QUIT once every
+ * other request has ended, the close after EOF. It runs from c's own event,
+ * so that ending one request never starts another inside it (no recursion,
+ * and no request freed under a caller that walks the lists).
+ */
+static void on_advance(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct req *r;
+    int n = 0;
+
+    (void)fd;
+    (void)what;
+    while (!c->closing && !c->quitting && !c->untagged_busy && (r = TAILQ_FIRST(&c->queued)) != NULL) {
+        if (++n > ADVANCE_BATCH) {
+            advance_soon(c); /* let the other connections have a turn */
+            return;
+        }
+        TAILQ_REMOVE(&c->queued, r, link);
+        run(c, r);
+    }
+    if (c->closing)
         return;
-    TAILQ_REMOVE(&c->queued, r, link);
-    run(c, r);
+    if (c->quit && TAILQ_FIRST(&c->running) == c->quit && TAILQ_NEXT(c->quit, link) == NULL)
+        quit_now(c);
+    else if (c->eof && TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
+        conn_close_soon(c, "closed by client, all answered");
+}
+
+static void advance_soon(struct conn *c)
+{
+    event_active(c->advance, EV_TIMEOUT, 0);
 }
 
 /* A line is tagged when its first token starts with '#'. */
@@ -297,8 +316,7 @@ static void on_eof(struct conn *c)
         if (r->gone)
             r->gone(r);
     }
-    if (TAILQ_EMPTY(&c->running) && TAILQ_EMPTY(&c->queued))
-        conn_close_soon(c, "closed by client");
+    advance_soon(c);
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
@@ -341,16 +359,23 @@ static void conn_free(struct conn *c, const char *reason)
         TAILQ_REMOVE(&c->queued, r, link);
         free(r);
     }
+    if (c->quit) {
+        /* It asked to QUIT: gone or not, its session ends; nothing else frees a QUIT. */
+        struct req *quit = c->quit;
+        c->quit = NULL;
+        if (c->session)
+            session_end(c->session, SESSION_QUIT);
+        req_drop(quit);
+    }
     while ((r = TAILQ_FIRST(&c->running)) != NULL) {
         TAILQ_REMOVE(&c->running, r, link);
         r->c = NULL; /* its reply, when it comes, is swallowed */
     }
-    if (c->quit && c->session)
-        session_end(c->session, SESSION_QUIT); /* it asked to QUIT: gone or not, it ends */
     if (c->session)
         c->session->conn = NULL;
     deadline_cancel(d->deadlines, &c->auth_dl);
     event_free(c->reaper);
+    event_free(c->advance);
     TAILQ_REMOVE(&d->conns, c, link);
     d->nconns--;
     bufferevent_free(c->bev);
@@ -395,7 +420,8 @@ struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *pee
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
     c->bev = bev;
-    if ((c->reaper = event_new(d->base, -1, 0, on_reap, c)) == NULL)
+    c->advance = event_new(d->base, -1, 0, on_advance, c);
+    if ((c->reaper = event_new(d->base, -1, 0, on_reap, c)) == NULL || c->advance == NULL)
         fatalx("conn: out of memory");
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);

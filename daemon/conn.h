@@ -47,6 +47,7 @@ struct conn {
     struct req *quit;         /* a QUIT waiting for the requests before it to end */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     struct event *reaper;     /* frees it on a later loop turn, once closing */
+    struct event *advance;    /* decides what comes next, never nested in a request */
     const char *close_reason; /* for the log, when the reaper frees it */
     struct req_list queued;   /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
