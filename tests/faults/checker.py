@@ -23,6 +23,9 @@ dlockd promises nobody else holds it, ends earlier at:
     holder from a dead one, so those holds end when the fault begins;
   - event times are moved back by --slack ms (default 100): a live holder stamps an event a
     little after dlockd sent it.
+A grant read between a JEOPARDY and the next SAFE is safe only once that SAFE comes with no
+LOST for it before (PROTOCOL.md section 6: SAFE means every hold was renewed); if LOST comes
+first its safe interval is empty (counted as grants_in_jeopardy_lost).
 Faults of scope "warned" (Redis killed, paused or cut off from a dlockd) do not end holds:
 the holder must have been told (JEOPARDY/LOST) before anyone else was granted.
 Checks (must be 0):
@@ -54,7 +57,8 @@ MS = 1_000_000
 
 
 class Hold:
-    __slots__ = ("c", "g", "d", "name", "kind", "tok", "inv", "start", "believed", "safe", "why", "opid")
+    __slots__ = ("c", "g", "d", "name", "kind", "tok", "inv", "start", "believed", "safe", "why", "opid",
+                 "in_jeopardy")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -105,7 +109,13 @@ def build_holds(recs, faults, slack_ns):
         for r in rs:
             if r["k"] in ("ok", "fail", "info"):
                 done[r["id"]] = r
+        in_jeopardy = False  # JEOPARDY read on this connection and no SAFE since
         for i, r in enumerate(rs):
+            if r["k"] == "ev":
+                if r["e"] == "JEOPARDY":
+                    in_jeopardy = True
+                elif r["e"] in ("SAFE", "SESSION", "RESUMED"):
+                    in_jeopardy = False
             if r["k"] == "inv" and r["op"] in ("lock", "acquire"):
                 comp = done.get(r["id"])
                 pending_ops.append((r, comp))
@@ -118,8 +128,10 @@ def build_holds(recs, faults, slack_ns):
                 reentrant.append(r)  # re-entered a hold the client did not know it still had
                 continue
             h = Hold(c=c, g=g, d=r.get("d", 0), name=inv["n"], kind="sem" if inv["op"] == "acquire" else "lock",
-                     tok=r["tok"], inv=inv["t"], start=r["t"], believed=INF, safe=INF, why="run end", opid=r["id"])
-            jeopardy = None
+                     tok=r["tok"], inv=inv["t"], start=r["t"], believed=INF, safe=INF, why="run end", opid=r["id"],
+                     in_jeopardy=in_jeopardy)
+            # granted while in jeopardy: it counts only once a SAFE follows without a LOST for it
+            jeopardy = r["t"] if in_jeopardy else None
             for x in rs[i + 1:]:
                 t = x["t"]
                 if x["k"] == "inv" and x["op"] in ("unlock", "release") and x["n"] == h.name:
@@ -288,6 +300,20 @@ def check(run, slack_ms=100):
         hs = [h for h in locks if h.name == name]
         viol += intersections([(h.start, h.safe, h) for h in hs])
         seen += intersections([(h.start, h.believed, h) for h in hs])
+    # grants read between JEOPARDY and SAFE that were lost before SAFE: within the contract, but
+    # reported, with how many of them another client's safe hold overlapped
+    jg = [h for h in holds if h.in_jeopardy]
+    jlost = [h for h in jg if h.safe <= h.start]
+    res["grants_in_jeopardy"] = len(jg)
+    res["grants_in_jeopardy_lost"] = len(jlost)
+    jover = 0
+    for h in jlost:
+        if h.kind == "lock" and any(o is not h and o.name == h.name and o.start < h.believed and h.start < o.safe and
+                                    o.safe > o.start for o in locks):
+            jover += 1
+            if jover <= 3:
+                details.append("granted in jeopardy, overlapped by a safe hold, then lost: %r" % h)
+    res["jeopardy_grant_overlaps"] = jover
     res["overlap_violations"] = len(viol)
     res["overlaps_seen"] = len({(b.c, b.g, b.opid) for _, b in seen})
     for a, b in viol[:10]:
@@ -333,8 +359,12 @@ def check(run, slack_ms=100):
                 if not waiting:
                     continue
                 nxt = [h.start for h in locks if h.name == v.name and h.start > t0 and h is not v]
-                if nxt:
-                    out.append((min(nxt) - t0) / MS)
+                if not nxt:
+                    continue
+                # another fault that began before the next grant may be what delayed it
+                if any(g is not f and t0 < g["t0"] < min(nxt) for g in faults):
+                    continue
+                out.append((min(nxt) - t0) / MS)
         return out
 
     rel = releases("client")

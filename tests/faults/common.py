@@ -166,3 +166,36 @@ def percentile(values, p):
     v = sorted(values)
     k = max(0, min(len(v) - 1, int(-(-p * len(v) // 100)) - 1))
     return v[k]
+
+
+def redis_cmd(port, *args, host="127.0.0.1", timeout=2.0):
+    """One Redis command over a new connection; the reply as str/int/list/None (errors raise)."""
+    s = socket.create_connection((host, port), timeout=timeout)
+    try:
+        out = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(str(a).encode()), str(a).encode())
+                                                for a in args)
+        s.sendall(out)
+        f = s.makefile("rb")
+
+        def parse():
+            line = f.readline().rstrip(b"\r\n")
+            kind, rest = line[:1], line[1:]
+            if kind == b"+":
+                return rest.decode()
+            if kind == b"-":
+                raise RuntimeError(rest.decode())
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                n = int(rest)
+                if n < 0:
+                    return None
+                data = f.read(n + 2)[:n]
+                return data.decode(errors="replace")
+            if kind == b"*":
+                n = int(rest)
+                return None if n < 0 else [parse() for _ in range(n)]
+            raise RuntimeError("bad reply %r" % line)
+        return parse()
+    finally:
+        s.close()

@@ -11,11 +11,11 @@ Control connection, one command per line, answered OK:
                        packets: TCP would deliver them once the partition heals)
     REJECT [SRC]       reset (RST) every connection and refuse new ones
     HEAL [SRC]         back to normal; stalled bytes are delivered
-SRC limits a command to the connections from one client address (default: all).
+SRC limits a command to the connections from one client address (default: all), or, as #N,
+to the N-th connection the proxy accepted (1 is the first).
 """
 
 import argparse
-import heapq
 import os
 import selectors
 import signal
@@ -38,8 +38,8 @@ class Rule:
 class Pipe:
     """One proxied connection: client socket a, upstream socket b."""
 
-    def __init__(self, a, b, src):
-        self.a, self.b, self.src = a, b, src
+    def __init__(self, a, b, src, idx):
+        self.a, self.b, self.src, self.idx = a, b, src, idx
         self.pending = {a: [], b: []}  # destination -> [(due, bytes)]
         self.closed = False
 
@@ -50,7 +50,7 @@ class Proxy:
         self.sel = selectors.DefaultSelector()
         self.rules = {}  # src or "*" -> Rule
         self.pipes = []
-        self.timers = []
+        self.accepted = 0
         self.ls = self.listener(listen, "listen")
         self.cs = self.listener(control, "control")
 
@@ -63,9 +63,9 @@ class Proxy:
         self.sel.register(s, selectors.EVENT_READ, (kind, None))
         return s
 
-    def rule(self, src):
+    def rule(self, src, idx=0):
         r = Rule()
-        for key in ("*", src):
+        for key in ("*", src, "#%d" % idx):
             if key in self.rules:
                 x = self.rules[key]
                 r.delay = max(r.delay, x.delay)
@@ -106,7 +106,8 @@ class Proxy:
         except OSError:
             return
         src = peer[0]
-        if self.rule(src).reject:
+        self.accepted += 1
+        if self.rule(src, self.accepted).reject:
             self.reset(a)
             return
         try:
@@ -117,7 +118,7 @@ class Proxy:
         for s in (a, b):
             s.setblocking(False)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        p = Pipe(a, b, src)
+        p = Pipe(a, b, src, self.accepted)
         self.pipes.append(p)
         self.sel.register(a, selectors.EVENT_READ, ("pipe", p))
         self.sel.register(b, selectors.EVENT_READ, ("pipe", p))
@@ -132,19 +133,19 @@ class Proxy:
         if not data:
             # forward the close once what is pending has gone out
             dst = p.b if s is p.a else p.a
-            p.pending[dst].append((time.monotonic() + self.rule(p.src).delay, None))
+            p.pending[dst].append((time.monotonic() + self.rule(p.src, p.idx).delay, None))
             try:
                 self.sel.unregister(s)
             except (KeyError, ValueError):
                 pass
             return
         dst = p.b if s is p.a else p.a
-        p.pending[dst].append((time.monotonic() + self.rule(p.src).delay, data))
+        p.pending[dst].append((time.monotonic() + self.rule(p.src, p.idx).delay, data))
 
     def flush(self):
         now = time.monotonic()
         for p in list(self.pipes):
-            r = self.rule(p.src)
+            r = self.rule(p.src, p.idx)
             if r.stall:
                 continue
             for dst in (p.a, p.b):
@@ -167,7 +168,7 @@ class Proxy:
     def next_due(self):
         due = None
         for p in self.pipes:
-            if self.rule(p.src).stall:
+            if self.rule(p.src, p.idx).stall:
                 continue
             for q in p.pending.values():
                 if q and (due is None or q[0][0] < due):
@@ -191,7 +192,7 @@ class Proxy:
             src = args[0] if args else "*"
             self.rules.setdefault(src, Rule()).reject = True
             for p in list(self.pipes):
-                if src == "*" or p.src == src:
+                if src in ("*", p.src, "#%d" % p.idx):
                     self.close_pipe(p, rst=True)
         elif cmd == "HEAL":
             src = args[0] if args else "*"

@@ -148,7 +148,7 @@ def main():
         for p in procs:
             p.kill()
             p.wait()
-        if status == 0:
+        if status == 0 and not os.environ.get("FAULTS_KEEP"):
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print("logs in", tmp)
