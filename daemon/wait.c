@@ -261,15 +261,28 @@ static void on_submit_late(struct dlockd *d, redisReply *rep, void *arg)
     free(wid);
 }
 
+/* A new wid for each submission: a grant published for an earlier one then matches nothing. */
+static void wait_number(struct wait *w)
+{
+    struct dlockd *d = w->d;
+
+    if (w->wid[0])
+        dict_del(d->waits, w->wid);
+    snprintf(w->wid, sizeof(w->wid), "%s.%" PRIx64, d->id, ++d->next_wait);
+    dict_set(d->waits, w->wid, w);
+}
+
 void wait_submit(struct wait *w)
 {
     struct dlockd *d = w->d;
     char ttl[24], lease[24], qttl[24], k[24], limit[24], who[HID_MAX + 1], mode[2] = { w->hid[0], '\0' };
     const char *args[10];
     int64_t l = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease;
-    char *wid = wid_copy(w);
+    char *wid;
     int n = 0, rc;
 
+    wait_number(w);
+    wid = wid_copy(w);
     snprintf(who, sizeof(who), "%s", w->hid + 1);
     snprintf(ttl, sizeof(ttl), "%" PRId64, l);
     snprintf(lease, sizeof(lease), "%" PRId64, w->lease > 0 ? w->lease : d->cfg.lock_lease);
@@ -476,7 +489,6 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
         fatalx("wait: out of memory");
     w->d = d;
     w->kind = kind;
-    snprintf(w->wid, sizeof(w->wid), "%s.%" PRIx64, d->id, ++d->next_wait);
     w->req = r;
     w->s = s;
     snprintf(w->hid, sizeof(w->hid), "%c%s:%s", mode, s->id, r->pr.owner);
@@ -493,7 +505,6 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)
         deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
-    dict_set(d->waits, w->wid, w);
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
     r->gone = on_req_gone;
     r->quit = on_req_quit;

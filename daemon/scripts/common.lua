@@ -167,10 +167,9 @@ end
 local function grant_waiter(wid, w, group)
     local tokens, counts, daemon = {}, {}, waiter_daemon(wid)
     for i, s in ipairs(group) do
-        local expiry = tonumber(redis.call('ZSCORE', s.x, '@' .. wid)) or (NOW + w.lease)
-        if w.bounded == '1' then
-            expiry = math.min(expiry, NOW + w.lease)
-        end
+        -- A full lease from now: the waiter's daemon may not have renewed its
+        -- queue entry for a while, and the hold must outlast the OK it answers.
+        local expiry = NOW + w.lease
         dequeue(s, wid)
         tokens[i], counts[i] = grant(s, w.hid, w.k, expiry, w.lease, w.bounded, daemon, wid, w.client)
     end
