@@ -1,28 +1,26 @@
 #!/usr/bin/env python3
 """repro_short_grant.py - reproducer: a hold granted to a queued waiter inherits the rest of
-the waiter's queue-entry lease, which can be milliseconds, so dlockd answers OK for a hold
-that Redis lets lapse right away; another client is granted the lock while the first was
-told nothing but OK.
+the waiter's queue-entry lease, which can be milliseconds; dlockd answers OK for it (after
+* SAFE) and another client is granted the lock when it lapses, with no LOST in between.
 
     repro_short_grant.py       exit 0: dlockd behaved; 1: the bug showed; 2: setup failed
 
-Found by faults.py (scenario "partition-redis"). Cause: grant_waiter() in
-daemon/scripts/common.lua sets the new hold's expiry to ZSCORE(x, '@'..wid), the end of
-the queue entry's lease, not NOW + lease. When the waiter's dlockd could not renew its queue
-entries for a while (its script link to Redis slow or cut, its pub/sub link fine), the
-grant lives only as long as the entry had left.
-Steps (two dlockd on one Redis, B's *script* connection through proxy.py, lock-lease 3s):
-  1. X (on A) holds k.  Y (on B) waits: LOCK k wait=20s (queue entry lease 3s).
-  2. B's script connection stalls (its pub/sub connection does not): B cannot renew the
-     entry; Y gets * JEOPARDY after backend-timeout.
-  3. 250 ms before the entry's lease ends, X unlocks: A grants k to Y's entry, with the
-     entry's expiry, and publishes the grant; B answers Y "OK token=T1".
-  4. Z (on A) asks LOCK k wait=5s: k is granted to Z (token T2 > T1) once Y's hold lapses,
-     about 250 ms after Y was told OK. Y hears nothing until B's link comes back (LOST).
-Expected: a grant that is answered OK lasts a full lease (or is not answered until B has
-renewed it); in any case Z is not granted k while Y was last told OK for it.
-Note: Y was in JEOPARDY when its OK came, and it gets LOST before SAFE, so a client that
-ignores every grant between JEOPARDY and SAFE is safe; one that trusts OK is not.
+Found by faults.py (scenario "partition-redis", also after 5024c07). Cause: grant_waiter() in
+daemon/scripts/common.lua sets the new hold's expiry to ZSCORE(x, '@'..wid), the end of the
+queue entry's lease, not NOW + lease. A waiter whose dlockd could not renew its queue entry
+for a while (its link to Redis cut) is granted a hold that lapses soon; its dlockd answers
+it once the link is back, but renews it only at its next renewal (lock-lease/3 later).
+Steps (two dlockd on one Redis, B's links to Redis through proxy.py, lock-lease 3s):
+  1. X (on A) holds k. Y (on B) waits: LOCK k wait=20s; its queue entry ends at E (3 s).
+  2. Both of B's links stall; X unlocks: k is granted to Y's entry, lapsing at E.
+  3. At E - 300 ms B's links come back: Y reads * SAFE, then OK token=T1.
+  4. Z (on A) asks LOCK k wait=2s: at E the hold of Y lapses unrenewed and Z gets k (T2).
+     Y hears LOST only at B's next renewal, if at all before Z's grant. (Y is queued half-way
+     between two of B's renewals, read from B's debug log, so that none falls in between.)
+Expected: a grant answered OK lasts a full lease (or is renewed before it is answered), so
+Z is not granted k while Y was last told OK.
+With REPRO_VARIANT=pubsub only B's script link stalls, and X unlocks 250 ms before E: the
+grant comes by pub/sub while B is in jeopardy (this variant passes since 5024c07).
 """
 
 import os
@@ -88,6 +86,21 @@ def main():
             if time.monotonic() >= end:
                 return out
 
+    def renew_phase(log):
+        """Wall-clock ms (mod 1000) of B's periodic renewals, from its debug log; None if unknown."""
+        import datetime
+        for _ in range(40):
+            stamps = []
+            with open(log, errors="replace") as f:
+                for line in f:
+                    if " debug renew: " in line:
+                        t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
+                        stamps.append(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+            if len(stamps) >= 2:
+                return stamps[-1] % 1000
+            time.sleep(0.1)
+        return None
+
     status = 2
     try:
         rport, pport, cport, aport, bport = (free_port() for _ in range(5))
@@ -104,7 +117,14 @@ def main():
         wait_for(lambda: ping(bport), "dlockd B")
 
         x, y, z = client(aport, "X"), client(bport, "Y"), client(aport, "Z")
+        variant = os.environ.get("REPRO_VARIANT", "heal")
         t_x = kv(x.request("LOCK k"), "token")
+        # B renews every lock-lease/3 = 1 s from its start: queue Y half-way between two
+        # renewals, so that none falls in the last 300 ms of Y's queue entry (see below)
+        phase = renew_phase(os.path.join(tmp, "B.log"))
+        if phase is not None:
+            now = time.time() * 1000
+            time.sleep(((phase + 500 - now) % 1000) / 1000.0)
         y.send("LOCK k wait=20s")
         entry = None
         for _ in range(200):
@@ -113,43 +133,52 @@ def main():
             if entry:
                 break
             time.sleep(0.005)
-        ctl("STALL #1")  # B's script connection (opened first); its pub/sub one still flows
+        if variant == "pubsub":
+            ctl("STALL #1")  # B's script connection (opened first); its pub/sub one still flows
+        else:
+            ctl("STALL")
         if not entry:
             print("setup: Y's queue entry not found")
             return 2
         sec, usec = redis_cmd(rport, "TIME")
         left_ms = entry[0][1] - (int(sec) * 1000 + int(usec) // 1000)
-        print("1. X holds k (token %s); Y queued, entry %s ends in %d ms; B's script link stalls" % (
-            t_x, entry[0][0], left_ms))
-        y_lines = drain(y, max(0.0, (left_ms - 250) / 1000.0))
-        rep_x = x.request("UNLOCK k")
-        t_unlock = time.monotonic()
-        print("2. Y read while waiting:", [ln for _, ln in y_lines])
-        print("3. X unlocks 250 ms before the entry's end:", rep_x)
-        heal_after = float(os.environ.get("REPRO_HEAL_AFTER_MS", "-1"))
-        if heal_after >= 0:  # let B's script link recover while Y's new hold still exists
-            time.sleep(heal_after / 1000.0)
+        t_end = time.monotonic() + left_ms / 1000.0
+        print("1. X holds k (token %s); Y queued, entry %s ends in %d ms; B's link%s stall%s" % (
+            t_x, entry[0][0], left_ms, "" if variant == "pubsub" else "s", "s" if variant == "pubsub" else ""))
+        if variant == "pubsub":
+            drain(y, max(0.0, t_end - 0.25 - time.monotonic()))
+            print("2. X unlocks 250 ms before the entry's end:", x.request("UNLOCK k"))
+        else:
+            print("2. X unlocks:", x.request("UNLOCK k"))
+            drain(y, max(0.0, t_end - float(os.environ.get("REPRO_MARGIN_MS", "300")) / 1000 - time.monotonic()))
             ctl("HEAL")
-        z.send("LOCK k wait=5s")
+            print("3. B's links come back 300 ms before the entry's end")
+        t_unlock = time.monotonic()
+        z.send("LOCK k wait=2s")
         y_after = drain(y, 0.0)
         rep_z, t_z = None, None
-        end = time.monotonic() + 6
+        end = time.monotonic() + 3
         while time.monotonic() < end and rep_z is None:
             rep_z = z.readline(0.005)
             y_after += drain(y, 0.0)
         t_z = time.monotonic()
         y_after += drain(y, 0.3)
-        print("4. Z:", rep_z, "%.0f ms after the unlock" % ((t_z - t_unlock) * 1000))
+        print("4. Z:", rep_z, "%.0f ms later" % ((t_z - t_unlock) * 1000))
         for t, ln in y_after:
-            print("   Y read %+.0f ms after the unlock: %s" % ((t - t_unlock) * 1000, ln))
+            print("   Y read %+.0f ms: %s" % ((t - t_unlock) * 1000, ln))
         ctl("HEAL")
-        later = drain(y, 2.0)
-        print("5. B's link back; Y then read:", [ln for _, ln in later])
+        later = drain(y, 1.5)
+        print("5. then Y read:", [ln for _, ln in later])
         y_ok = [(t, ln) for t, ln in y_after if ln.startswith("OK token=")]
         warned = [(t, ln) for t, ln in y_after if ln.startswith("* LOST") or ln.startswith("* BYE")]
-        if rep_z and rep_z.startswith("OK") and y_ok and (not warned or warned[0][0] > t_z):
+        lost_fast = [(t, ln) for t, ln in warned if y_ok and t - y_ok[0][0] < 1.0]
+        if rep_z and rep_z.startswith("OK") and y_ok and y_ok[0][0] < t_z and (not warned or warned[0][0] > t_z):
             print("BUG: Y was answered %r; %.0f ms later Z was granted k (%s) while Y had heard nothing more" % (
                 y_ok[0][1], (t_z - y_ok[0][0]) * 1000, rep_z))
+            status = 1
+        elif variant != "pubsub" and rep_z and rep_z.startswith("OK") and lost_fast:
+            print("BUG: Y was answered %r with Redis reachable, lost it %.0f ms later (%s) and Z was granted k" % (
+                y_ok[0][1], (lost_fast[0][0] - y_ok[0][0]) * 1000, lost_fast[0][1]))
             status = 1
         elif not y_ok:
             print("ok: Y was not answered OK for a hold about to lapse")
