@@ -1,7 +1,8 @@
 -- cancel.lua: takes a waiter out of the queues of its names, or says that it
 -- was granted first.
 -- ARGV from A: wid, hid.
--- Reply fields: CANCELLED | GRANTED tokens counts | GONE (its entry lapsed).
+-- Reply fields: CANCELLED | GRANTED tokens counts (the hold's lease starts
+-- again) | GONE (its entry lapsed).
 local wid, hid = ARGV[A], ARGV[A + 1]
 
 if redis.call('ZSCORE', S[1].q, wid) then
@@ -13,13 +14,17 @@ if redis.call('ZSCORE', S[1].q, wid) then
     end
     return reply('CANCELLED')
 end
-local tokens, counts = {}, {}
+local tokens, counts, leases = {}, {}, {}
 for i, s in ipairs(S) do
     local v = redis.call('HGET', s.h, hid)
     if not v or hold_decode(v).wid ~= wid then
         return reply('GONE')
     end
     local h = hold_decode(v)
-    tokens[i], counts[i] = h.token, h.count
+    tokens[i], counts[i], leases[i] = h.token, h.count, h.lease
+end
+-- The grant is answered only now: it gets a full lease from here, as a new one would.
+for i, s in ipairs(S) do
+    redis.call('ZADD', s.x, NOW + leases[i], hid)
 end
 return reply('GRANTED', join(tokens), join(counts))
