@@ -1,26 +1,27 @@
 #!/usr/bin/env python3
-"""repro_short_grant.py - reproducer: a hold granted to a queued waiter inherits the rest of
-the waiter's queue-entry lease, which can be milliseconds; dlockd answers OK for it (after
-* SAFE) and another client is granted the lock when it lapses, with no LOST in between.
+"""repro_short_grant.py - reproducer: dlockd answers OK for a hold whose lease is about to run
+out, and does not renew it in time; another client is granted the lock when it lapses, with
+no LOST to the first before that.
 
     repro_short_grant.py       exit 0: dlockd behaved; 1: the bug showed; 2: setup failed
 
-Found by faults.py (scenario "partition-redis", also after 5024c07). Cause: grant_waiter() in
-daemon/scripts/common.lua sets the new hold's expiry to ZSCORE(x, '@'..wid), the end of the
-queue entry's lease, not NOW + lease. A waiter whose dlockd could not renew its queue entry
-for a while (its link to Redis cut) is granted a hold that lapses soon; its dlockd answers
-it once the link is back, but renews it only at its next renewal (lock-lease/3 later).
-Steps (two dlockd on one Redis, B's links to Redis through proxy.py, lock-lease 3s):
-  1. X (on A) holds k. Y (on B) waits: LOCK k wait=20s; its queue entry ends at E (3 s).
-  2. Both of B's links stall; X unlocks: k is granted to Y's entry, lapsing at E.
-  3. At E - 300 ms B's links come back: Y reads * SAFE, then OK token=T1.
-  4. Z (on A) asks LOCK k wait=2s: at E the hold of Y lapses unrenewed and Z gets k (T2).
-     Y hears LOST only at B's next renewal, if at all before Z's grant. (Y is queued half-way
-     between two of B's renewals, read from B's debug log, so that none falls in between.)
-Expected: a grant answered OK lasts a full lease (or is renewed before it is answered), so
-Z is not granted k while Y was last told OK.
-With REPRO_VARIANT=pubsub only B's script link stalls, and X unlocks 250 ms before E: the
-grant comes by pub/sub while B is in jeopardy (this variant passes since 5024c07).
+Found by faults.py (scenarios "partition-redis" and "latency"). Two dlockd on one Redis, B's
+links to Redis through proxy.py, lock-lease 3s. X (on A) holds k; Y (on B) waits
+(LOCK k wait=20s), its queue entry ending at E (3 s); both of B's links stall; B's links come
+back at E - 300 ms; Y reads * SAFE, then OK token=T1; Z (on A) asks LOCK k wait=2s. Y is
+queued half-way between two of B's renewals (read from B's debug log), so none falls in the
+last 300 ms. Two variants, both run unless REPRO_VARIANT names one:
+  inherit  X unlocks at E - 1 s. Until c27644b, grant_waiter() in daemon/scripts/common.lua
+           gave the hold the rest of the queue entry's lease (ZSCORE x '@'..wid), 1 s, so it
+           lapsed at E, 300 ms after Y's OK, and Z got k. Passes since c27644b (full lease).
+  late     X unlocks at once, while B is stalled: the grant is made about 2.7 s before B
+           can answer it, with a full lease that ends at E. B checks that the hold exists
+           (5024c07) and answers OK, but neither that check nor anything else extends it
+           before B's next renewal: it lapses at E and Z gets k while Y was last told OK.
+           Expected: a grant answered after a delay is renewed (given a full lease from the
+           answer) before or when it is answered.
+  pubsub   (not run by default) only B's script link stalls and X unlocks at E - 250 ms: the
+           grant comes by pub/sub while B is in jeopardy. Passes since 5024c07.
 """
 
 import os
@@ -36,6 +37,18 @@ from common import LineConn, free_port, kv, redis_cmd, redis_ping  # noqa: E402
 
 
 def main():
+    variants = [os.environ["REPRO_VARIANT"]] if os.environ.get("REPRO_VARIANT") else ["inherit", "late"]
+    status = 0
+    for v in variants:
+        print("== variant %s" % v)
+        st = run(v)
+        if st == 2:
+            return 2
+        status = max(status, st)
+    return status
+
+
+def run(variant):
     dlockd = os.environ.get("DLOCKD", os.path.join(HERE, "..", "..", "daemon", "dlockd"))
     redis = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     tmp = tempfile.mkdtemp(prefix="dlockd-repro.")
@@ -117,7 +130,6 @@ def main():
         wait_for(lambda: ping(bport), "dlockd B")
 
         x, y, z = client(aport, "X"), client(bport, "Y"), client(aport, "Z")
-        variant = os.environ.get("REPRO_VARIANT", "heal")
         t_x = kv(x.request("LOCK k"), "token")
         # B renews every lock-lease/3 = 1 s from its start: queue Y half-way between two
         # renewals, so that none falls in the last 300 ms of Y's queue entry (see below)
@@ -149,8 +161,12 @@ def main():
             drain(y, max(0.0, t_end - 0.25 - time.monotonic()))
             print("2. X unlocks 250 ms before the entry's end:", x.request("UNLOCK k"))
         else:
-            print("2. X unlocks:", x.request("UNLOCK k"))
-            drain(y, max(0.0, t_end - float(os.environ.get("REPRO_MARGIN_MS", "300")) / 1000 - time.monotonic()))
+            if variant == "inherit":
+                drain(y, max(0.0, t_end - 1.0 - time.monotonic()))
+                print("2. X unlocks 1 s before the entry's end:", x.request("UNLOCK k"))
+            else:
+                print("2. X unlocks:", x.request("UNLOCK k"))
+            drain(y, max(0.0, t_end - 0.3 - time.monotonic()))
             ctl("HEAL")
             print("3. B's links come back 300 ms before the entry's end")
         t_unlock = time.monotonic()
