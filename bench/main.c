@@ -139,7 +139,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: dlock-bench --scenario pairs|handoff|idle|scale|mixed --target dlockd|redis [options]\n"
-            "       dlock-bench report [--smoke] RESULT-FILE\n"
+            "       dlock-bench report [--sweep] RESULT-FILE\n"
             "  --dlockd HOST:PORT  --redis HOST:PORT  --dlockd-pid PID  --redis-pid PID\n"
             "  --conns N  --duration S  --warmup S  --rate PAIRS/S (open loop)  --hold MS\n"
             "  --sleep MS (direct Redis retry sleep)  --long-hold MS  --sessions N  --locks N\n"
@@ -192,7 +192,7 @@ static void parse(int argc, char **argv, struct opts *o)
         { "long-hold", 1, 0, 'L' },  { "sessions", 1, 0, 'S' },  { "locks", 1, 0, 'l' },
         { "heartbeat", 1, 0, 'b' },  { "renew", 1, 0, 'n' },     { "names", 1, 0, 'N' },
         { "shared-pct", 1, 0, 'p' }, { "wait", 1, 0, 'W' },      { "open-max", 1, 0, 'o' },
-        { "label", 1, 0, 'x' },      { 0, 0, 0, 0 }
+        { "label", 1, 0, 'x' },      { "help", 0, 0, 'h' },      { 0, 0, 0, 0 }
     };
     int ch;
 
