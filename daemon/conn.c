@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -446,6 +449,9 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
         return;
     }
     evutil_make_socket_nonblocking(fd);
+    /* Replies are small and often follow a request the client pipelined: without this,
+     * Nagle holds a grant until the client's delayed ACK (40 ms). Fails harmlessly on unix sockets. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
     if ((bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL)
         fatalx("conn: out of memory");
     conn_new(d, bev, peer);
