@@ -107,6 +107,14 @@ static void wait_granted(struct wait *w, const char *tokens, const char *counts,
     wait_free(w);
 }
 
+/* A grant whose hold took over a queue entry with less than half a lease
+ * left may lapse before the next renewal: it is checked (and its lease
+ * started again) before it is answered. */
+static int grant_is_short(const struct dlockd *d, long long left)
+{
+    return left >= 0 && left * 2 < d->cfg.lock_lease;
+}
+
 size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
 {
     long long n = redis_elem_int(rep, 1);
@@ -115,7 +123,7 @@ size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
     if (n < 0)
         n = 0;
     for (long long i = 0; i < n; i++) {
-        size_t at = (size_t)(2 + 4 * i);
+        size_t at = (size_t)(2 + 5 * i);
         struct wait *w;
         snprintf(wid, sizeof(wid), "%s", redis_elem(rep, at, buf, sizeof(buf)));
         if ((w = dict_get(d->waits, wid)) == NULL)
@@ -124,12 +132,12 @@ size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
         snprintf(counts, sizeof(counts), "%s", redis_elem(rep, at + 2, buf, sizeof(buf)));
         snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, at + 3, buf, sizeof(buf)));
         /* A grant in a reply that came after its call timed out may have lapsed since. */
-        if (redis_answering_late(d->redis))
+        if (redis_answering_late(d->redis) || grant_is_short(d, redis_elem_int(rep, at + 4)))
             wait_lapsed(d, wid);
         else
             wait_granted(w, tokens, counts, free_permits);
     }
-    return (size_t)(2 + 4 * n);
+    return (size_t)(2 + 5 * n);
 }
 
 static void arm_retry(struct wait *w, long long ms)
@@ -168,10 +176,12 @@ void wait_on_message(struct dlockd *d, const char *msg)
     char name[PROTO_NAME_MAX + 1];
     struct lease_end le = { name, 0 };
     struct wait *w;
+    long long left;
 
-    if (sscanf(msg, "G %63s %1535s %1535s %23s", wid, tokens, counts, free_permits) == 4) {
+    if (sscanf(msg, "G %63s %1535s %1535s %23s %lld", wid, tokens, counts, free_permits, &left) == 5) {
         /* Sent before the link had trouble, the grant may have lapsed unrenewed: check it. */
-        if ((w = dict_get(d->waits, wid)) != NULL && redis_trouble_since(d->redis, w->submitted))
+        if ((w = dict_get(d->waits, wid)) != NULL &&
+            (redis_trouble_since(d->redis, w->submitted) || grant_is_short(d, left)))
             wait_lapsed(d, wid);
         else if (w != NULL)
             wait_granted(w, tokens, counts, free_permits);
@@ -416,7 +426,7 @@ void wait_lapsed(struct dlockd *d, const char *wid)
 
     if (w == NULL || w->cancelling)
         return;
-    log_debug("wait %s: queue entry lapsed, checking", wid);
+    log_debug("wait %s: checking its grant or queue entry", wid);
     w->resubmit = 1;
     wait_cancel(w);
 }

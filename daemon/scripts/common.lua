@@ -152,8 +152,8 @@ local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     return token, k
 end
 
--- Grants made by this script: wid, tokens, counts (comma-joined per name) and
--- the free permits after it (semaphores; 0 for locks) of each.
+-- Grants made by this script: wid, tokens, counts (comma-joined per name),
+-- the free permits after it (semaphores; 0 for locks) and left of each.
 local GRANTS = {}
 
 local function dequeue(s, wid)
@@ -163,13 +163,23 @@ local function dequeue(s, wid)
     s.qchanged = true
 end
 
--- Grants waiter wid on every state of group, and tells its daemon.
+-- Grants waiter wid on every state of group, and tells its daemon. Each hold
+-- takes over the lease of its queue entry, which only a live daemon renews:
+-- a dead daemon's waiter holds nothing longer than it would have waited.
+-- left is the shortest lease taken over (ms; -1 when every hold got its
+-- whole lease): a daemon that finds it short checks the grant before it
+-- answers OK, which starts the lease again (cancel.lua).
 local function grant_waiter(wid, w, group)
-    local tokens, counts, daemon = {}, {}, waiter_daemon(wid)
+    local tokens, counts, daemon, left = {}, {}, waiter_daemon(wid), -1
     for i, s in ipairs(group) do
-        -- A full lease from now: the waiter's daemon may not have renewed its
-        -- queue entry for a while, and the hold must outlast the OK it answers.
         local expiry = NOW + w.lease
+        local entry = tonumber(redis.call('ZSCORE', s.x, '@' .. wid))
+        if entry and entry < expiry then
+            expiry = entry
+            if left < 0 or entry - NOW < left then
+                left = entry - NOW
+            end
+        end
         dequeue(s, wid)
         tokens[i], counts[i] = grant(s, w.hid, w.k, expiry, w.lease, w.bounded, daemon, wid, w.client)
     end
@@ -177,11 +187,11 @@ local function grant_waiter(wid, w, group)
     if string.sub(w.hid, 1, 1) == 'p' then
         free = select(4, inspect(group[1], w.hid, 0))
     end
-    for _, f in ipairs({ wid, t, c, free }) do
+    for _, f in ipairs({ wid, t, c, free, num(left) }) do
         table.insert(GRANTS, f)
     end
     if daemon ~= DAEMON then
-        redis.call('PUBLISH', PREFIX .. daemon, table.concat({ 'G', wid, t, c, free }, ' '))
+        redis.call('PUBLISH', PREFIX .. daemon, table.concat({ 'G', wid, t, c, free, num(left) }, ' '))
     end
 end
 
@@ -252,11 +262,11 @@ for _, s in ipairs(S) do
     advance(s)
 end
 
--- A script's reply: status, the number of grants, wid tokens counts free of
--- each grant, then the script's own fields. Leaves no empty waiter hash behind, and
+-- A script's reply: status, the number of grants, wid tokens counts free left
+-- of each grant, then the script's own fields. Leaves no empty waiter hash behind, and
 -- no semaphore limit once nobody holds or waits.
 local function reply(status, ...)
-    local r = { status, #GRANTS / 4 }
+    local r = { status, #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
         table.insert(r, g)
     end

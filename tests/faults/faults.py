@@ -52,7 +52,8 @@ SCENARIOS = {
               "SIGSTOP of a lock holder for 1-3 x ttl, then SIGCONT (the GC pause)"),
     "kill-client": (["kill-client"], {"lock_delay_ms": 500},
                     "SIGKILL of a holder, restarted 0.3 s later (lock-delay 500ms)"),
-    "kill-dlockd": (["kill-dlockd"], {}, "SIGKILL of one of the two dlockd, restarted 0.2-1 s later"),
+    "kill-dlockd": (["kill-dlockd"], {"gap_s": (3.5, 5.0)},
+                    "SIGKILL of one of the two dlockd, restarted 0.2-1 s later, every 3.5-5 s (a lock-lease and more)"),
     "kill-redis": (["kill-redis"], {}, "SIGKILL of redis-server without persistence, restarted empty"),
     "kill-redis-aof": (["kill-redis"], {"aof": True},
                        "SIGKILL of redis-server with appendonly yes (fsync everysec), restarted"),
@@ -228,6 +229,7 @@ class Scenario:
         self.proxy_mode = opts.get("proxy", False) or not use_nft
         self.fencing = opts.get("fencing", "fenced")
         self.lock_delay = opts.get("lock_delay_ms", 0)
+        self.gap_s = opts.get("gap_s", (1.0, 2.5))  # between two faults
         self.nem = Recorder(os.path.join(self.dir, "nemesis.jsonl"))
         self.problems = []
         self.clients = {}   # id -> [Proc, gen, daemon, src]
@@ -525,7 +527,7 @@ class Scenario:
             kind = self.rng.choice(self.kinds)
             getattr(self, "n_" + kind.replace("-", "_"))()
             n += 1
-            self.sleep(min(self.rng.uniform(1.0, 2.5), end - time.monotonic()))
+            self.sleep(min(self.rng.uniform(*self.gap_s), end - time.monotonic()))
         return n
 
     # --- the end
