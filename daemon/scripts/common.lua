@@ -228,13 +228,17 @@ end
 
 -- Milliseconds until the earliest lease on these names that no one here
 -- will release runs out: another daemon's hold or waiter, or an expired
--- session's hold kept for lock-delay. -1 when there is none.
+-- session's hold kept for lock-delay. -1 when there is none. It reads only
+-- the first RETRY_SCAN leases of a name, in the order they end: when all are
+-- this daemon's, it answers the end of the last one read (too early is
+-- harmless: the retry asks again), so a long queue costs no more than a short one.
+local RETRY_SCAN = 16
 local function retry_after(list)
     local best = nil
     for _, s in ipairs(list) do
-        local all = redis.call('ZRANGE', s.x, 0, -1, 'WITHSCORES')
-        for i = 1, #all, 2 do
-            local m, score = all[i], tonumber(all[i + 1])
+        local first = redis.call('ZRANGE', s.x, 0, RETRY_SCAN - 1, 'WITHSCORES')
+        for i = 1, #first, 2 do
+            local m, score = first[i], tonumber(first[i + 1])
             local daemon
             if string.sub(m, 1, 1) == '@' then
                 daemon = waiter_daemon(string.sub(m, 2))
@@ -242,8 +246,11 @@ local function retry_after(list)
                 local v = redis.call('HGET', s.h, m)
                 daemon = v and hold_decode(v).daemon
             end
-            if daemon and daemon ~= DAEMON and (best == nil or score < best) then
-                best = score
+            if (daemon and daemon ~= DAEMON) or i + 1 == 2 * RETRY_SCAN then
+                if best == nil or score < best then
+                    best = score
+                end
+                break
             end
         end
     end
