@@ -13,13 +13,18 @@ queued half-way between two of B's renewals (read from B's debug log), so none f
 last 300 ms. Two variants, both run unless REPRO_VARIANT names one:
   inherit  X unlocks at E - 1 s. Until c27644b, grant_waiter() in daemon/scripts/common.lua
            gave the hold the rest of the queue entry's lease (ZSCORE x '@'..wid), 1 s, so it
-           lapsed at E, 300 ms after Y's OK, and Z got k. Passes since c27644b (full lease).
+           lapsed at E, 300 ms after Y's OK, and Z got k. Passes since c27644b (full lease);
+           since a497fdc the hold takes over the entry's lease again (so a dead daemon's
+           waiter blocks nobody longer than its entry would), the grant says how much is
+           left, and B checks a grant with less than half a lock-lease left, which starts
+           its lease again, before it answers OK.
   late     X unlocks at once, while B is stalled: the grant is made about 2.7 s before B
            can answer it, with a full lease that ends at E. B checks that the hold exists
            (5024c07) and answers OK, but neither that check nor anything else extends it
            before B's next renewal: it lapses at E and Z gets k while Y was last told OK.
            Expected: a grant answered after a delay is renewed (given a full lease from the
-           answer) before or when it is answered.
+           answer) before or when it is answered. Passes since 5c2d9ef (cancel.lua starts
+           the lease of the grant it confirms again).
   pubsub   (not run by default) only B's script link stalls and X unlocks at E - 250 ms: the
            grant comes by pub/sub while B is in jeopardy. Passes since 5024c07.
 """
