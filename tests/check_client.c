@@ -16,21 +16,6 @@
 
 #include "dlock.h"
 
-static struct h_redis *R;  /* this test's redis-server */
-static struct h_dlockd *D; /* this test's dlockd */
-
-static void setup(void)
-{
-    R = h_redis_start(NULL);
-    D = h_dlockd_start(R->port, NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
-}
 
 /* ---------------------------------------------------------------- events seen by the callback */
 
@@ -241,7 +226,7 @@ START_TEST(test_unix_socket_and_env)
     char sock[300], addr[320];
     dlock_t *h;
 
-    teardown();
+    h_teardown();
     R = h_redis_start(NULL);
     snprintf(sock, sizeof sock, "/tmp/check_client.%d.sock", (int)getpid());
     snprintf(addr, sizeof addr, "unix:%s", sock);
@@ -262,7 +247,7 @@ START_TEST(test_auth)
     dlock_options_t *o;
     dlock_t *h = NULL;
 
-    teardown();
+    h_teardown();
     R = h_redis_start(NULL);
     D = h_dlockd_start(R->port, H_ARGS("--requirepass", "sesame"));
     o = options_for(D->port, 0, NULL);
@@ -843,7 +828,7 @@ static Suite *client_suite(void)
     Suite *s = suite_create("client");
     TCase *tc = tcase_create("library");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_connect_ping_info);
     tcase_add_test(tc, test_connect_failures);

@@ -5,23 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct h_redis *R; /* this test's redis-server; each test starts its daemons */
-
-static void setup(void)
-{
-    R = h_redis_start(NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-}
-
-static long long lock_new(struct h_conn *c, const char *args)
-{
-    return H_KV_INT(H_REQ(c, "OK token=%d count=1", "LOCK %s", args), "token");
-}
 
 /*
  * Checks the holder= of a BUSY reply for a hold made through another
@@ -64,7 +47,7 @@ START_TEST(test_kill9_daemon_lease)
     struct h_conn *a = H_CLIENT(d1, "name=alice");
     struct h_conn *b = H_CLIENT(d2, "name=bob");
     struct h_conn *c = H_CLIENT(d2, "name=carol");
-    long long t = lock_new(a, "k"), t2 = lock_new(a, "k2");
+    long long t = H_LOCK_NEW(a, "k"), t2 = H_LOCK_NEW(a, "k2");
     int64_t killed, el = -1, wel;
     const char *r;
 
@@ -105,7 +88,7 @@ START_TEST(test_kill9_daemon_lease)
     h_dlockd_restart(d1);
     a = H_CLIENT(d1, "name=alice2");
     H_REQ(a, "BUSY holder=%w ttl=%d", "LOCK k");
-    lock_new(a, "k3");
+    H_LOCK_NEW(a, "k3");
 }
 END_TEST
 
@@ -114,7 +97,7 @@ START_TEST(test_redis_restart_empty)
     struct h_dlockd *d = h_dlockd_start(R->port, NULL);
     struct h_conn *a = H_CLIENT(d, "name=alice");
     struct h_conn *b = H_CLIENT(d, "name=bob");
-    long long t = lock_new(a, "rr");
+    long long t = H_LOCK_NEW(a, "rr");
     const char *r = NULL;
     char pat[128];
     int64_t deadline;
@@ -144,14 +127,14 @@ START_TEST(test_two_daemons_mutex)
     struct h_dlockd *db = h_dlockd_start(R->port, NULL);
     struct h_conn *a = H_CLIENT(da, "name=alice");
     struct h_conn *b = H_CLIENT(db, "name=bob");
-    long long t = lock_new(a, "m"), t2;
+    long long t = H_LOCK_NEW(a, "m"), t2;
     int64_t t0, lat;
 
     check_remote_holder(H_REQ(b, "BUSY holder=%w ttl=%d", "LOCK m"), "alice");
     check_remote_holder(H_REQ(b, "BUSY holder=%w ttl=%d", "LOCK m shared"), "alice");
     /* Shared holds through two daemons are compatible; an exclusive request is not. */
-    lock_new(a, "ms shared");
-    lock_new(b, "ms shared");
+    H_LOCK_NEW(a, "ms shared");
+    H_LOCK_NEW(b, "ms shared");
     H_REQ(H_CLIENT(da, "name=carol"), "BUSY holder=%w ttl=%d", "LOCK ms");
 
     ck_assert_int_eq(h_send(b, "LOCK m wait=10s"), 0);
@@ -174,7 +157,7 @@ START_TEST(test_two_daemons_fifo)
     struct h_dlockd *db = h_dlockd_start(R->port, NULL);
     struct h_conn *h = H_CLIENT(da, "name=holder");
     struct h_conn *w[3] = {H_CLIENT(db, "name=w1"), H_CLIENT(da, "name=w2"), H_CLIENT(db, "name=w3")};
-    long long prev = lock_new(h, "f");
+    long long prev = H_LOCK_NEW(h, "f");
 
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(h_send(w[i], "LOCK f wait=20s"), 0);
@@ -203,7 +186,7 @@ START_TEST(test_redis_stopped)
     const char *r = NULL;
     int64_t t0, el, deadline;
 
-    lock_new(a, "j");
+    H_LOCK_NEW(a, "j");
     h_redis_pause(R);
     t0 = h_now_ms();
     ck_assert_int_eq(h_send(b, "LOCK x"), 0);
@@ -234,7 +217,7 @@ static Suite *faults_suite(void)
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, h_setup_redis, h_teardown);
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_kill9_daemon_lease);
     tcase_add_test(tc, test_redis_restart_empty);

@@ -24,21 +24,6 @@
 #define WAITER_BATCH 100 /* waiters sent before they are seen queued */
 #define PROBE_P99_MS 250 /* bound on the probe's LOCK+UNLOCK p99 under load (ASan builds too) */
 
-static struct h_redis *R;
-static struct h_dlockd *D;
-
-static void setup(void)
-{
-    R = h_redis_start(NULL);
-    D = NULL;
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
-}
 
 /* ------------------------------------------------------------ raw clients */
 
@@ -745,7 +730,7 @@ static void add_case(Suite *s, const char *name, const TTest *test)
 {
     TCase *tc = tcase_create(name);
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, h_setup_redis, h_teardown);
     tcase_set_timeout(tc, 150);
     tcase_add_test(tc, test);
     suite_add_tcase(s, tc);

@@ -17,42 +17,15 @@
  */
 #define EARLY_SLACK_MS 5
 
-static struct h_redis *R; /* this test's redis-server */
-static struct h_dlockd *D; /* this test's dlockd (NULL in the "config" case) */
-
-static void setup_redis(void)
-{
-    R = h_redis_start(NULL);
-    D = NULL;
-}
-
-static void setup_both(void)
-{
-    setup_redis();
-    D = h_dlockd_start(R->port, NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
-}
-
-/* LOCK expected to be granted as a new hold (count=1); returns its token. */
-static long long lock_new(struct h_conn *c, const char *args)
-{
-    return H_KV_INT(H_REQ(c, "OK token=%d count=1", "LOCK %s", args), "token");
-}
 
 START_TEST(test_grant)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
     struct h_conn *b = H_CLIENT(D, "name=bob");
-    long long t1 = lock_new(a, "g1");
+    long long t1 = H_LOCK_NEW(a, "g1");
 
     ck_assert_int_gt(t1, 0);
-    ck_assert_int_gt(lock_new(b, "g2"), 0);
+    ck_assert_int_gt(H_LOCK_NEW(b, "g2"), 0);
     H_REQ(a, "OK count=0", "UNLOCK g1");
     H_REQ(b, "OK count=0", "UNLOCK g2");
 }
@@ -64,7 +37,7 @@ START_TEST(test_busy)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     long long ttl;
 
-    lock_new(a, "b1");
+    H_LOCK_NEW(a, "b1");
     ttl = H_KV_INT(H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK b1"), "ttl");
     ck_assert_msg(ttl > 0 && ttl <= 30000, "ttl=%lld outside (0, lock-lease 30000]", ttl);
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK b1 wait=0");
@@ -80,7 +53,7 @@ START_TEST(test_timeout)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     int64_t t0, el;
 
-    lock_new(a, "t1");
+    H_LOCK_NEW(a, "t1");
     t0 = h_now_ms();
     ck_assert_int_eq(h_send(b, "LOCK t1 wait=1s"), 0);
     H_REPLY(b, "TIMEOUT", 1000 + 5000);
@@ -95,7 +68,7 @@ START_TEST(test_timeout)
 
     /* Nothing is held because of a request that timed out. */
     H_REQ(a, "OK count=0", "UNLOCK t1");
-    lock_new(b, "t1");
+    H_LOCK_NEW(b, "t1");
     H_REQ(b, "OK count=0", "UNLOCK t1");
     H_REQ(b, "ERR NOTHELD%*", "UNLOCK t1");
 }
@@ -106,7 +79,7 @@ START_TEST(test_reentrant)
     struct h_conn *a = H_CLIENT(D, "name=alice");
     struct h_conn *b = H_CLIENT(D, "name=bob");
     char pat[128];
-    long long t = lock_new(a, "re");
+    long long t = H_LOCK_NEW(a, "re");
 
     for (int count = 2; count <= 3; count++) {
         snprintf(pat, sizeof pat, "OK token=%lld count=%d", t, count);
@@ -119,7 +92,7 @@ START_TEST(test_reentrant)
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK re");
     H_REQ(a, "OK count=0", "UNLOCK re all");
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK re");
-    ck_assert_int_gt(lock_new(b, "re"), t);
+    ck_assert_int_gt(H_LOCK_NEW(b, "re"), t);
 }
 END_TEST
 
@@ -129,18 +102,18 @@ START_TEST(test_shared_exclusive)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     struct h_conn *c = H_CLIENT(D, "name=carol");
 
-    lock_new(a, "rw shared");
-    lock_new(b, "rw shared");
+    H_LOCK_NEW(a, "rw shared");
+    H_LOCK_NEW(b, "rw shared");
     H_REQ(c, "BUSY holder=%w ttl=%d", "LOCK rw");
     H_REQ(a, "OK count=0", "UNLOCK rw");
     H_REQ(c, "BUSY holder=bob ttl=%d", "LOCK rw");
     H_REQ(b, "OK count=0", "UNLOCK rw shared");
-    lock_new(c, "rw");
+    H_LOCK_NEW(c, "rw");
     H_REQ(a, "BUSY holder=carol ttl=%d", "LOCK rw shared");
     H_REQ(b, "BUSY holder=carol ttl=%d", "LOCK rw");
     /* "LOCK shared shared" is the lock named "shared" in shared mode. */
-    lock_new(a, "shared shared");
-    lock_new(b, "shared shared");
+    H_LOCK_NEW(a, "shared shared");
+    H_LOCK_NEW(b, "shared shared");
     H_REQ(c, "BUSY holder=%w ttl=%d", "LOCK shared");
 }
 END_TEST
@@ -152,10 +125,10 @@ START_TEST(test_upgrade_downgrade)
     long long t1, t2;
 
     /* Downgrade: holding exclusive, asking shared is granted at once. */
-    t1 = lock_new(a, "ud");
+    t1 = H_LOCK_NEW(a, "ud");
     H_REQ(a, "OK token=%d count=1", "LOCK ud shared");
     H_REQ(a, "OK count=0", "UNLOCK ud"); /* drops the exclusive hold first */
-    lock_new(b, "ud shared");            /* a now holds shared only */
+    H_LOCK_NEW(b, "ud shared");            /* a now holds shared only */
     /* Upgrade waits for the other owner; a second upgrader is a deadlock. */
     ck_assert_int_eq(h_send(a, "LOCK ud wait=10s"), 0);
     H_SILENT(a, 300);
@@ -173,7 +146,7 @@ START_TEST(test_unlock_notheld)
     struct h_conn *b = H_CLIENT(D, "name=bob");
 
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK n1");
-    lock_new(a, "n1");
+    H_LOCK_NEW(a, "n1");
     H_REQ(b, "ERR NOTHELD%*", "UNLOCK n1");
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK n1 owner=someone-else");
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK n1 shared");
@@ -190,13 +163,13 @@ START_TEST(test_multi_name)
     H_REQ(a, "OK tokens=%d,%d counts=1,1", "LOCK m1 m2");
     H_REQ(a, "OK counts=0,0", "UNLOCK m1 m2");
     /* All or nothing: m2 busy, so m1 is not taken either. */
-    lock_new(b, "m2");
+    H_LOCK_NEW(b, "m2");
     H_REQ(a, "BUSY holder=bob ttl=%d", "LOCK m1 m2");
     H_REQ(a, "TIMEOUT", "LOCK m1 m2 wait=200ms");
-    lock_new(b, "m1");
+    H_LOCK_NEW(b, "m1");
     H_REQ(b, "OK counts=0,0", "UNLOCK m1 m2");
     /* UNLOCK with one name not held releases nothing. */
-    lock_new(a, "m1");
+    H_LOCK_NEW(a, "m1");
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK m1 m2");
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK m1");
     H_REQ(a, "OK count=0", "UNLOCK m1");
@@ -207,7 +180,7 @@ START_TEST(test_fifo)
 {
     struct h_conn *h = H_CLIENT(D, "name=holder");
     struct h_conn *w[3];
-    long long prev = lock_new(h, "fq");
+    long long prev = H_LOCK_NEW(h, "fq");
 
     for (int i = 0; i < 3; i++) {
         char name[32];
@@ -236,7 +209,7 @@ START_TEST(test_writer_preference)
     struct h_conn *w = H_CLIENT(D, "name=w");
     struct h_conn *r2 = H_CLIENT(D, "name=r2");
 
-    lock_new(r1, "wp shared");
+    H_LOCK_NEW(r1, "wp shared");
     ck_assert_int_eq(h_send(w, "LOCK wp wait=20s"), 0);
     ck_assert(h_wait_waiters(r1, "wp", 1, 3000));
     ck_assert_int_eq(h_send(r2, "LOCK wp shared wait=20s"), 0);
@@ -258,7 +231,7 @@ START_TEST(test_tagged_overtaking)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     int64_t t0;
 
-    lock_new(b, "ov");
+    H_LOCK_NEW(b, "ov");
     ck_assert_int_eq(h_send(a, "LOCK ov wait=5s"), 0);
     ck_assert_int_eq(h_send(a, "PING"), 0);
     t0 = h_now_ms();
@@ -282,14 +255,14 @@ START_TEST(test_fencing_tokens)
     long long prev = 0;
 
     for (int i = 0; i < 10; i++) {
-        long long t = lock_new(c[i % 2], "fence");
+        long long t = H_LOCK_NEW(c[i % 2], "fence");
 
         ck_assert_msg(t > prev, "grant %d: token %lld after %lld", i, t, prev);
         prev = t;
         H_REQ(c[i % 2], "OK count=0", "UNLOCK fence");
     }
     for (int i = 0; i < 2; i++) {
-        long long t = lock_new(c[i], "fence shared");
+        long long t = H_LOCK_NEW(c[i], "fence shared");
 
         ck_assert_msg(t > prev, "shared grant %d: token %lld after %lld", i, t, prev);
         prev = t;
@@ -319,7 +292,7 @@ START_TEST(test_errors)
     name[201] = '\0';
     H_REQ(a, "ERR SYNTAX%*", "LOCK %s", name);
     name[200] = '\0';
-    lock_new(a, name);
+    H_LOCK_NEW(a, name);
 
     H_REQ(a, "ERR UNKNOWN%*", "FROB");
     H_REQ(a, "#u ERR UNKNOWN%*", "#u FROB");
@@ -335,7 +308,7 @@ START_TEST(test_errors)
     H_REQ(a, "ERR NOSESSION%*", "HELLO session=0123456789abcdef");
     H_REQ(a, "ERR NOAUTH%*", "AUTH secret"); /* no password configured */
     H_REQ(a, "OK", "PING");
-    lock_new(a, "x2"); /* still its own session */
+    H_LOCK_NEW(a, "x2"); /* still its own session */
 }
 END_TEST
 
@@ -372,7 +345,7 @@ START_TEST(test_example_session)
     r = H_REQ(c, "OK session=%x ttl=30000 proto=1 server=dlockd/%w resumed=0", "HELLO name=billing-7 ttl=30s");
     ck_assert_int_eq(h_kv(r, "session", sid, sizeof sid), 0);
     ck_assert_int_eq(strlen(sid), 16);
-    t = lock_new(c, "invoices wait=5s");
+    t = H_LOCK_NEW(c, "invoices wait=5s");
     snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
     H_REQ(c, pat, "LOCK invoices");
     H_REQ(c, "#a OK token=%d count=1", "#a LOCK reports shared");
@@ -409,7 +382,7 @@ START_TEST(test_status_json)
     ck_assert_msg(h_json_has(r, "\"type\":null"), "%s", r);
     ck_assert_msg(h_json_has(r, "\"holders\":[]"), "%s", r);
 
-    t = lock_new(a, "st1 owner=worker-1");
+    t = H_LOCK_NEW(a, "st1 owner=worker-1");
     H_REQ(a, "OK token=%d count=2", "LOCK st1 owner=worker-1");
     ck_assert_int_eq(h_send(b, "LOCK st1 wait=20s"), 0);
     ck_assert(h_wait_waiters(a, "st1", 1, 3000));
@@ -432,8 +405,8 @@ START_TEST(test_status_json)
     H_REPLY(b, "OK token=%d count=1", 3000);
     H_REQ(b, "OK count=0", "UNLOCK st1");
 
-    lock_new(a, "st2 shared");
-    lock_new(b, "st2 shared");
+    H_LOCK_NEW(a, "st2 shared");
+    H_LOCK_NEW(b, "st2 shared");
     r = H_REQ(a, "OK {%*", "STATUS st2");
     ck_assert_msg(h_json_has(r, "\"client\":\"alice\"") && h_json_has(r, "\"client\":\"bob\""), "%s", r);
     ck_assert_msg(h_json_has(r, "\"mode\":\"shared\"") && !h_json_has(r, "\"mode\":\"exclusive\""), "%s", r);
@@ -449,7 +422,7 @@ START_TEST(test_info_json)
     struct h_conn *a = H_CLIENT(D, "name=alice");
     const char *r;
 
-    lock_new(a, "i1");
+    H_LOCK_NEW(a, "i1");
     r = H_REQ(a, "OK {%*", "INFO");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         ck_assert_msg(h_json_has(r, keys[i]), "INFO lacks %s: %s", keys[i], r);
@@ -466,7 +439,7 @@ START_TEST(test_lease_expiry)
     struct h_conn *a = H_CLIENT(D, "name=alice");
     struct h_conn *b = H_CLIENT(D, "name=bob");
     int64_t t0 = h_now_ms(), el;
-    long long t = lock_new(a, "le lease=500ms");
+    long long t = H_LOCK_NEW(a, "le lease=500ms");
     char pat[128];
 
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK le");
@@ -474,7 +447,7 @@ START_TEST(test_lease_expiry)
     H_EVENT(a, pat, 3000);
     el = h_now_ms() - t0;
     ck_assert_msg(el >= 400 && el <= 2000, "LOST reason=lease after %lld ms for lease=500ms", (long long)el);
-    ck_assert_int_gt(lock_new(b, "le"), t);
+    ck_assert_int_gt(H_LOCK_NEW(b, "le"), t);
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK le");
 }
 END_TEST
@@ -484,7 +457,7 @@ START_TEST(test_lease_waiter)
     struct h_conn *a = H_CLIENT(D, "name=alice");
     struct h_conn *b = H_CLIENT(D, "name=bob");
     int64_t t0 = h_now_ms(), el;
-    long long t = lock_new(a, "lw lease=800ms");
+    long long t = H_LOCK_NEW(a, "lw lease=800ms");
 
     ck_assert_int_eq(h_send(b, "LOCK lw wait=10s"), 0);
     ck_assert_int_gt(H_KV_INT(H_REPLY(b, "OK token=%d count=1", 5000), "token"), t);
@@ -504,7 +477,7 @@ START_TEST(test_noauth_requirepass)
     H_REQ(c, "ERR NOAUTH%*", "LOCK a");
     H_REQ(c, "OK", "PING");
     H_REQ(c, "OK", "AUTH secret");
-    lock_new(c, "a");
+    H_LOCK_NEW(c, "a");
 }
 END_TEST
 
@@ -536,8 +509,8 @@ START_TEST(test_key_prefix)
     struct h_conn *a = H_CLIENT(d1, "name=alice");
     struct h_conn *b = H_CLIENT(d2, "name=bob");
 
-    lock_new(a, "same");
-    lock_new(b, "same"); /* another prefix is another name space */
+    H_LOCK_NEW(a, "same");
+    H_LOCK_NEW(b, "same"); /* another prefix is another name space */
     ck_assert_int_gt(h_redis_count_keys(R->port, "kp1:*"), 0);
     ck_assert_int_gt(h_redis_count_keys(R->port, "kp2:*"), 0);
     ck_assert_int_eq(h_redis_count_keys(R->port, "dlock:*"), 0);
@@ -567,7 +540,7 @@ START_TEST(test_no_polling)
     struct h_conn *b = H_CLIENT(d, "name=bob");
     long long before, after;
 
-    lock_new(a, "np");
+    H_LOCK_NEW(a, "np");
     ck_assert_int_eq(h_send(b, "LOCK np wait=20s"), 0);
     ck_assert(h_wait_waiters(a, "np", 1, 3000));
     h_sleep_ms(300);
@@ -669,7 +642,7 @@ static Suite *locks_suite(void)
     TCase *cfg = tcase_create("config");
     TCase *stress = tcase_create("stress");
 
-    tcase_add_checked_fixture(tc, setup_both, teardown);
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_grant);
     tcase_add_test(tc, test_busy);
@@ -692,7 +665,7 @@ static Suite *locks_suite(void)
     tcase_add_test(tc, test_lease_waiter);
     suite_add_tcase(s, tc);
 
-    tcase_add_checked_fixture(cfg, setup_redis, teardown);
+    tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
     tcase_set_timeout(cfg, 60);
     tcase_add_test(cfg, test_noauth_requirepass);
     tcase_add_test(cfg, test_limit_maxclients);
@@ -700,7 +673,7 @@ static Suite *locks_suite(void)
     tcase_add_test(cfg, test_no_polling);
     suite_add_tcase(s, cfg);
 
-    tcase_add_checked_fixture(stress, setup_both, teardown);
+    tcase_add_checked_fixture(stress, h_setup_both, h_teardown);
     tcase_set_timeout(stress, 180);
     tcase_add_test(stress, test_stress_counter);
     suite_add_tcase(s, stress);

@@ -58,8 +58,6 @@ static struct permits S[NS][NC][NO];
 static int Slimit[NS];
 static long long Slast[NS];
 
-static struct h_redis *R;
-static struct h_dlockd *D;
 static struct h_conn *C[NC];
 
 static uint64_t rng;
@@ -85,19 +83,6 @@ static uint64_t next_rand(void)
 static int rnd(int n)
 {
     return (int)(next_rand() % (uint64_t)n);
-}
-
-static void setup(void)
-{
-    R = h_redis_start(NULL);
-    D = h_dlockd_start(R->port, NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
 }
 
 /* Records a divergence: what was sent, what came back, what the model expected. */
@@ -834,7 +819,7 @@ static Suite *model_suite(void)
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("model");
 
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_model);
     suite_add_tcase(s, tc);

@@ -21,23 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct h_redis *R; /* this test's redis-server */
-
-static void setup(void)
-{
-    R = h_redis_start(NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-}
-
-static long long lock_new(struct h_conn *c, const char *args)
-{
-    return H_KV_INT(H_REQ(c, "OK token=%d count=1", "LOCK %s", args), "token");
-}
 
 static int64_t mono_us(void)
 {
@@ -296,7 +279,7 @@ START_TEST(test_reload_live)
     d = h_dlockd_start_with(R->port, conf, NULL, NULL);
     a = H_CLIENT(d, "name=a");
     b = H_CLIENT(d, "name=b");
-    lock_new(a, "rl");
+    H_LOCK_NEW(a, "rl");
     H_REQ(b, "TIMEOUT", "LOCK rl wait=200ms");
 
     /* max-waiters 0 takes effect at SIGHUP, not before. */
@@ -314,13 +297,13 @@ START_TEST(test_reload_live)
     H_REQ(n, "OK", "PING");
     H_REQ(n, "ERR NOAUTH%*", "LOCK rl2");
     H_REQ(n, "OK", "AUTH s3cret");
-    lock_new(n, "rl2");
+    H_LOCK_NEW(n, "rl2");
 
     /* and removed again. */
     h_write_file(conf, "max-waiters 10\n");
     RELOAD(d);
     n = H_CONNECT(d->port);
-    lock_new(n, "rl3");
+    H_LOCK_NEW(n, "rl3");
     H_REQ(b, "TIMEOUT", "LOCK rl wait=200ms");
     ck_assert_int_eq(h_log_count(d, H_ARGS("config:", "restart")), 0);
     ck_assert_int_eq(h_log_count(d, H_ARGS("reload failed")), 0);
@@ -341,7 +324,7 @@ START_TEST(test_reload_restart_only)
     c = H_CONNECT(p2);
     H_REQ(c, "OK", "PING");
     a = H_CLIENT(d, "name=a");
-    lock_new(a, "rk");
+    H_LOCK_NEW(a, "rk");
     ck_assert_int_gt(h_redis_count_keys(R->port, "pa:{rk}*"), 0);
 
     /* Two restart-only keys and one live key change. */
@@ -358,7 +341,7 @@ START_TEST(test_reload_restart_only)
     H_REQ(c, "OK", "PING");
     ck_assert_ptr_null(h_connect_try(p3));
     b = H_CLIENT(d, "name=b");
-    lock_new(b, "rk2");
+    H_LOCK_NEW(b, "rk2");
     ck_assert_int_gt(h_redis_count_keys(R->port, "pa:{rk2}*"), 0);
     ck_assert_int_eq(h_redis_count_keys(R->port, "pb:*"), 0);
     /* ...while the live key changed. */
@@ -382,7 +365,7 @@ START_TEST(test_reload_bad_file)
     d = h_dlockd_start_with(R->port, conf, NULL, NULL);
     a = H_CLIENT(d, "name=a");
     b = H_CLIENT(d, "name=b");
-    lock_new(a, "rb");
+    H_LOCK_NEW(a, "rb");
     H_REQ(b, "ERR LIMIT%*", "LOCK rb wait=200ms");
 
     /* An unknown key: refused as a whole, even the good line before it. */
@@ -474,7 +457,7 @@ START_TEST(test_sigterm)
     long long ttl;
     const char *r;
 
-    lock_new(a, "sd");
+    H_LOCK_NEW(a, "sd");
     ck_assert_int_eq(h_redis_int(R->port, "HLEN", "dlock:{sd}:h", NULL), 1);
 
     t0 = h_now_ms();
@@ -815,7 +798,7 @@ START_TEST(test_admin_metrics)
     for (int i = 0; i < 5; i++) {
         char name[16];
         snprintf(name, sizeof name, "m%d", i);
-        lock_new(a, name);
+        H_LOCK_NEW(a, name);
     }
     H_REQ(b, "BUSY holder=a ttl=%d", "LOCK m0");
     H_REQ(b, "BUSY holder=a ttl=%d", "LOCK m1");
@@ -938,7 +921,7 @@ START_TEST(test_admin_status)
     char *head, *body, hk[2048], ik[2048], needle[64];
     const char *info;
 
-    lock_new(c, "st");
+    H_LOCK_NEW(c, "st");
     ck_assert_int_eq(h_http_get(ap, "/status", &head, &body, H_TIMEOUT), 200);
     ck_assert_msg(strstr(head, "Content-Type: application/json") != NULL, "/status headers:\n%s", head);
     ck_assert_msg(body[0] == '{', "/status body '%s'", body);
@@ -982,7 +965,7 @@ START_TEST(test_preauth_verbs)
     H_REQ(c, "ERR NOAUTH%*", "AUTH wrong");
     H_REQ(c, "ERR NOAUTH%*", "LOCK x");
     H_REQ(c, "OK", "AUTH s3cret");
-    lock_new(c, "x");
+    H_LOCK_NEW(c, "x");
     H_REQ(c, "OK {%*}", "STATUS x");
     H_REQ(c, "OK {%*}", "INFO");
 
@@ -1075,7 +1058,7 @@ START_TEST(test_auth_timeout)
     while (h_now_ms() < t0 + 2500)
         h_sleep_ms(50);
     H_REQ(authed, "OK", "PING");
-    lock_new(authed, "at");
+    H_LOCK_NEW(authed, "at");
 }
 END_TEST
 
@@ -1107,7 +1090,7 @@ START_TEST(test_auth_fail_delay)
     H_REQ(c2, "OK session=%x%*", "HELLO auth=s3cret name=x");
     el = h_now_ms() - t0;
     ck_assert_msg(el < 150, "HELLO auth=<right> answered after %lld ms", (long long)el);
-    lock_new(c2, "afd");
+    H_LOCK_NEW(c2, "afd");
 }
 END_TEST
 
@@ -1127,13 +1110,13 @@ START_TEST(test_protected_mode)
     h_dlockd_start(R->port, H_ARGS("--listen", listen, "--protected-mode", "no"));
     c = H_CONNECT(port);
     H_REQ(c, "OK", "PING");
-    lock_new(c, "pm");
+    H_LOCK_NEW(c, "pm");
 
     h_dlockd_start(R->port, H_ARGS("--listen", listen2, "--requirepass", "s3cret"));
     c = H_CONNECT(port2);
     H_REQ(c, "ERR NOAUTH%*", "LOCK pm2");
     H_REQ(c, "OK", "AUTH s3cret");
-    lock_new(c, "pm2");
+    H_LOCK_NEW(c, "pm2");
 }
 END_TEST
 
@@ -1268,7 +1251,7 @@ START_TEST(test_unix_socket)
     u = h_connect_unix_try(path);
     ck_assert_ptr_nonnull(u);
     H_REQ(u, "OK session=%x%*", "HELLO name=u");
-    lock_new(u, "us");
+    H_LOCK_NEW(u, "us");
     t = H_CLIENT(d, "name=t");
     H_REQ(t, "BUSY holder=u ttl=%d", "LOCK us");
 
@@ -1292,7 +1275,7 @@ START_TEST(test_log_session_lines)
     char sid[64];
 
     snprintf(sid, sizeof sid, "%s", c->session);
-    lock_new(c, "lg");
+    H_LOCK_NEW(c, "lg");
     ck_assert_msg(h_log_wait(d, H_ARGS(" info ", sid, "'logx'", "opened"), 1, 2000) == 1,
                   "no info line with session %s, 'logx' and 'opened'", sid);
     H_EVENT(c, "* BYE reason=expired", 5000);
@@ -1322,7 +1305,7 @@ START_TEST(test_log_syslog)
     struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--log-target", "syslog"));
     struct h_conn *c = H_CLIENT(d, "name=sl");
 
-    lock_new(c, "sl");
+    H_LOCK_NEW(c, "sl");
     /* The lines go to syslog, not to stderr. */
     ck_assert_int_eq(h_log_count(d, H_ARGS("started")), 0);
     ck_assert_int_eq(h_log_count(d, H_ARGS("'sl'")), 0);
@@ -1340,7 +1323,7 @@ static Suite *ops_suite(void)
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cases[i].tc = tcase_create(cases[i].name);
-        tcase_add_checked_fixture(cases[i].tc, setup, teardown);
+        tcase_add_checked_fixture(cases[i].tc, h_setup_redis, h_teardown);
         tcase_set_timeout(cases[i].tc, 90);
         suite_add_tcase(s, cases[i].tc);
     }

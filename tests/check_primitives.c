@@ -14,33 +14,6 @@
 /* A daemon measures a wait from a clock that may lag ours by a tick. */
 #define EARLY_SLACK_MS 5
 
-static struct h_redis *R; /* this test's redis-server */
-static struct h_dlockd *D; /* this test's dlockd (NULL in the "config" case) */
-
-static void setup_redis(void)
-{
-    R = h_redis_start(NULL);
-    D = NULL;
-}
-
-static void setup_both(void)
-{
-    setup_redis();
-    D = h_dlockd_start(R->port, NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
-}
-
-/* LOCK expected to be granted as a new hold (count=1); returns its token. */
-static long long lock_new(struct h_conn *c, const char *args)
-{
-    return H_KV_INT(H_REQ(c, "OK token=%d count=1", "LOCK %s", args), "token");
-}
 
 /* ACQUIRE expected to succeed with exactly held= and free=; returns the token. */
 #define ACQ_OK(c, held, free_, ...) acquire_ok_at(__FILE__, __LINE__, (c), (held), (free_), __VA_ARGS__)
@@ -470,7 +443,7 @@ START_TEST(test_multi_atomic)
     int64_t t0, el;
     const char *r;
 
-    lock_new(a, "mb");
+    H_LOCK_NEW(a, "mb");
     /* A waiting multi-lock holds nothing while it waits. */
     t0 = h_now_ms();
     ck_assert_int_eq(h_send(b, "LOCK ma mb wait=1500ms"), 0);
@@ -497,7 +470,7 @@ START_TEST(test_multi_atomic)
     JHAS(r, "\"waiters\":0");
     ck_assert_msg(n_holders(r) == 1 && h_json_has(r, "\"client\":\"alice\""), "%s", r);
     H_REQ(b, "ERR NOTHELD%*", "UNLOCK ma");
-    lock_new(c, "ma");
+    H_LOCK_NEW(c, "ma");
     H_REQ(c, "OK count=0", "UNLOCK ma");
 
     /* wait=0 with one name busy: BUSY, and the free name is not held. */
@@ -544,8 +517,8 @@ START_TEST(test_deadlock_upgraders)
     int64_t t0, el;
     long long t1, t2;
 
-    t1 = lock_new(a, "du shared");
-    lock_new(b, "du shared");
+    t1 = H_LOCK_NEW(a, "du shared");
+    H_LOCK_NEW(b, "du shared");
     ck_assert_int_eq(h_send(a, "LOCK du wait=5s"), 0);
     ck_assert(h_wait_waiters(b, "du", 1, 3000));
     H_SILENT(a, 200);
@@ -571,8 +544,8 @@ START_TEST(test_deadlock_cross)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     int64_t t0, el;
 
-    lock_new(a, "dx");
-    lock_new(b, "dy");
+    H_LOCK_NEW(a, "dx");
+    H_LOCK_NEW(b, "dy");
     ck_assert_int_eq(h_send(a, "LOCK dy wait=5s"), 0);
     ck_assert(h_wait_waiters(b, "dy", 1, 3000));
     t0 = h_now_ms();
@@ -583,7 +556,7 @@ START_TEST(test_deadlock_cross)
     H_REQ(b, "OK count=0", "UNLOCK dy");
     H_REPLY(a, "OK token=%d count=1", 3000);
     /* Owners of one session are distinct parties in the wait-for graph too. */
-    lock_new(b, "dz owner=t2");
+    H_LOCK_NEW(b, "dz owner=t2");
     ck_assert_int_eq(h_send(b, "#w LOCK dx owner=t2 wait=5s"), 0);
     ck_assert(h_wait_waiters(a, "dx", 1, 3000));
     H_REQ(a, "ERR DEADLOCK%*", "LOCK dz wait=5s");
@@ -599,8 +572,8 @@ START_TEST(test_deadlock_two_daemons)
     struct h_conn *b = H_CLIENT(d2, "name=bob");
     int64_t t0, el;
 
-    lock_new(a, "dd shared");
-    lock_new(b, "dd shared");
+    H_LOCK_NEW(a, "dd shared");
+    H_LOCK_NEW(b, "dd shared");
     ck_assert_int_eq(h_send(a, "LOCK dd wait=5s"), 0);
     ck_assert(h_wait_waiters(b, "dd", 1, 3000));
     t0 = h_now_ms();
@@ -628,7 +601,7 @@ START_TEST(test_lock_delay)
 
     /* A waiter is granted about lock-delay after the holder's session expired. */
     sent = h_now_ms();
-    t = lock_new(h, "ld1"); /* the holder's last request */
+    t = H_LOCK_NEW(h, "ld1"); /* the holder's last request */
     replied = h_now_ms();
     ck_assert_int_eq(h_send(w, "LOCK ld1 wait=10s"), 0);
     H_EVENT(h, "* BYE reason=expired", 1000 + 1500 + 2000);
@@ -651,7 +624,7 @@ START_TEST(test_lock_delay)
 
     /* Without a waiter: BUSY holder=- until about expiry + 2 s, then OK. */
     h = H_CLIENT(d, "name=holder2 ttl=1s");
-    lock_new(h, "ld2");
+    H_LOCK_NEW(h, "ld2");
     H_EVENT(h, "* BYE reason=expired", 1000 + 1500 + 2000);
     bye = h_now_ms();
     for (;;) {
@@ -668,7 +641,7 @@ START_TEST(test_lock_delay)
 
     /* Not after QUIT (nor UNLOCK): granted at once. */
     h = H_CLIENT(d, "name=holder4 ttl=10s");
-    lock_new(h, "ld3");
+    H_LOCK_NEW(h, "ld3");
     ck_assert_int_eq(h_send(w, "LOCK ld3 wait=10s"), 0);
     ck_assert(h_wait_waiters(o, "ld3", 1, 800));
     sent = h_now_ms();
@@ -732,7 +705,7 @@ START_TEST(test_safe_retry_lock)
     H_REQ(a, "OK count=0", "UNLOCK rx id=u2");
     H_REQ(a, "OK count=0", "UNLOCK rx id=u2"); /* not ERR NOTHELD: the remembered reply */
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK rx id=b1");
-    lock_new(b, "rx id=b2");
+    H_LOCK_NEW(b, "rx id=b2");
 }
 END_TEST
 
@@ -785,7 +758,7 @@ START_TEST(test_safe_retry_reconnect)
     JHAS(r, "\"permits\":1");
     H_REQ(a2, "OK count=0", "UNLOCK rr id=k3");
     H_REQ(a2, "OK held=0 free=2", "RELEASE rrs id=k4");
-    lock_new(b, "rr");
+    H_LOCK_NEW(b, "rr");
 }
 END_TEST
 
@@ -796,7 +769,7 @@ START_TEST(test_safe_retry_running)
     char l1[256], l2[256];
     const char *r;
 
-    lock_new(a, "rw");
+    H_LOCK_NEW(a, "rw");
     ck_assert_int_eq(h_send(b, "#r1 LOCK rw wait=10s id=w1"), 0);
     ck_assert(h_wait_waiters(a, "rw", 1, 3000));
     /* The repeat while the first still waits: same reply when it finishes; it does not queue again. */
@@ -831,7 +804,7 @@ START_TEST(test_wrongtype)
     long long t;
 
     /* A lock name, held. */
-    t = lock_new(a, "wl");
+    t = H_LOCK_NEW(a, "wl");
     H_REQ(b, "ERR WRONGTYPE%*", "ACQUIRE wl limit=2");
     H_REQ(a, "ERR WRONGTYPE%*", "ACQUIRE wl limit=2");
     H_REQ(b, "ERR WRONGTYPE%*", "LATCH wl count=1");
@@ -903,10 +876,10 @@ START_TEST(test_wrongtype)
     JHAS(r, "\"type\":\"latch\"");
     JHAS(r, "\"count\":2");
     H_REQ(a, "OK count=0", "COUNTDOWN wt n=2");
-    lock_new(b, "wt"); /* a deleted latch's name is free */
+    H_LOCK_NEW(b, "wt"); /* a deleted latch's name is free */
 
     /* A lock name only waited for is in use as well. */
-    lock_new(a, "wq");
+    H_LOCK_NEW(a, "wq");
     ck_assert_int_eq(h_send(b, "LOCK wq wait=10s"), 0);
     ck_assert(h_wait_waiters(a, "wq", 1, 3000));
     H_REQ(a, "ERR WRONGTYPE%*", "LATCH wq count=1");
@@ -924,7 +897,7 @@ static Suite *primitives_suite(void)
     TCase *cfg = tcase_create("lock-delay");
     TCase *retry = tcase_create("retries-types");
 
-    tcase_add_checked_fixture(sem, setup_both, teardown);
+    tcase_add_checked_fixture(sem, h_setup_both, h_teardown);
     tcase_set_timeout(sem, 180);
     tcase_add_test(sem, test_sem_basics);
     tcase_add_test(sem, test_sem_stress);
@@ -932,14 +905,14 @@ static Suite *primitives_suite(void)
     tcase_add_test(sem, test_sem_fifo_large_head);
     suite_add_tcase(s, sem);
 
-    tcase_add_checked_fixture(latch, setup_both, teardown);
+    tcase_add_checked_fixture(latch, h_setup_both, h_teardown);
     tcase_set_timeout(latch, 60);
     tcase_add_test(latch, test_latch_many_awaiters);
     tcase_add_test(latch, test_latch_edges);
     tcase_add_test(latch, test_latch_two_daemons);
     suite_add_tcase(s, latch);
 
-    tcase_add_checked_fixture(multi, setup_both, teardown);
+    tcase_add_checked_fixture(multi, h_setup_both, h_teardown);
     tcase_set_timeout(multi, 60);
     tcase_add_test(multi, test_multi_atomic);
     tcase_add_test(multi, test_deadlock_upgraders);
@@ -947,12 +920,12 @@ static Suite *primitives_suite(void)
     tcase_add_test(multi, test_deadlock_two_daemons);
     suite_add_tcase(s, multi);
 
-    tcase_add_checked_fixture(cfg, setup_redis, teardown);
+    tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
     tcase_set_timeout(cfg, 90);
     tcase_add_test(cfg, test_lock_delay);
     suite_add_tcase(s, cfg);
 
-    tcase_add_checked_fixture(retry, setup_both, teardown);
+    tcase_add_checked_fixture(retry, h_setup_both, h_teardown);
     tcase_set_timeout(retry, 60);
     tcase_add_test(retry, test_safe_retry_lock);
     tcase_add_test(retry, test_safe_retry_sem);

@@ -8,32 +8,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-static struct h_redis *R; /* this test's redis-server */
-static struct h_dlockd *D; /* this test's dlockd with default settings (NULL in the "config" case) */
-
-static void setup_redis(void)
-{
-    R = h_redis_start(NULL);
-    D = NULL;
-}
-
-static void setup_both(void)
-{
-    setup_redis();
-    D = h_dlockd_start(R->port, NULL);
-}
-
-static void teardown(void)
-{
-    h_cleanup();
-    R = NULL;
-    D = NULL;
-}
-
-static long long lock_new(struct h_conn *c, const char *args)
-{
-    return H_KV_INT(H_REQ(c, "OK token=%d count=1", "LOCK %s", args), "token");
-}
 
 #define HELLO_REPLY(ttl) "OK session=%x ttl=" ttl " proto=1 server=dlockd/%w resumed=0"
 
@@ -56,14 +30,14 @@ START_TEST(test_hello_fields)
 
     /* Without name=, the session is named after the peer address. */
     ck_assert_int_eq(getsockname(c2->fd, (struct sockaddr *)&sa, &len), 0);
-    lock_new(c2, "hf0");
+    H_LOCK_NEW(c2, "hf0");
     snprintf(pat, sizeof pat, "BUSY holder=127.0.0.1:%d ttl=%%d", ntohs(sa.sin_port));
     H_REQ(b, pat, "LOCK hf0");
 
     r = H_REQ(c, HELLO_REPLY("5000"), "HELLO ttl=5s name=alice");
     ck_assert_int_eq(h_kv(r, "session", sid, sizeof sid), 0);
     ck_assert_int_eq(strlen(sid), 16);
-    lock_new(c, "hf");
+    H_LOCK_NEW(c, "hf");
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK hf");
 }
 END_TEST
@@ -90,7 +64,7 @@ START_TEST(test_session_expiry)
     char pat[128];
 
     sent = h_now_ms();
-    t = lock_new(h, "se"); /* the holder's last request */
+    t = H_LOCK_NEW(h, "se"); /* the holder's last request */
     replied = h_now_ms();
     ck_assert_int_eq(h_send(w, "LOCK se wait=10s"), 0);
     ck_assert(h_wait_waiters(w, "se", 1, 800));
@@ -133,7 +107,7 @@ START_TEST(test_heartbeat)
     struct h_conn *h = H_CLIENT(D, "name=hb ttl=1s");
     struct h_conn *b = H_CLIENT(D, "name=other");
 
-    lock_new(h, "hb");
+    H_LOCK_NEW(h, "hb");
     for (int i = 0; i < 10; i++) { /* 3 s, three times the ttl */
         h_sleep_ms(300);
         H_REQ(h, "OK", "PING");
@@ -149,7 +123,7 @@ START_TEST(test_heartbeat_while_waiting)
     struct h_conn *o = H_CLIENT(D, "name=owner ttl=30s");
     struct h_conn *w = H_CLIENT(D, "name=w ttl=1s");
 
-    lock_new(o, "hw");
+    H_LOCK_NEW(o, "hw");
     ck_assert_int_eq(h_send(w, "LOCK hw wait=3s"), 0);
     /* The waiting LOCK does not keep the session alive; tagged PINGs do. */
     for (int i = 0; i < 8; i++) {
@@ -173,8 +147,8 @@ START_TEST(test_quit_releases)
     struct h_conn *c = H_CLIENT(D, "name=carol");
     int64_t t0, el;
 
-    lock_new(a, "q");
-    lock_new(a, "q2 shared");
+    H_LOCK_NEW(a, "q");
+    H_LOCK_NEW(a, "q2 shared");
     ck_assert_int_eq(h_send(b, "LOCK q wait=10s"), 0);
     ck_assert(h_wait_waiters(b, "q", 1, 3000));
     t0 = h_now_ms();
@@ -183,7 +157,7 @@ START_TEST(test_quit_releases)
     el = h_now_ms() - t0;
     ck_assert_msg(el < 500, "waiter granted %lld ms after QUIT", (long long)el);
     H_EOF(a, 2000);
-    lock_new(c, "q2");
+    H_LOCK_NEW(c, "q2");
 }
 END_TEST
 
@@ -193,7 +167,7 @@ START_TEST(test_close_keeps_holds)
     struct h_conn *b = H_CLIENT(D, "name=bob");
     struct h_conn *a2;
     char sid[64], pat[160];
-    long long t = lock_new(a, "r");
+    long long t = H_LOCK_NEW(a, "r");
 
     snprintf(sid, sizeof sid, "%s", a->session);
     h_close(a);
@@ -207,7 +181,7 @@ START_TEST(test_close_keeps_holds)
     H_REQ(a2, pat, "LOCK r"); /* the same hold, re-entered */
     H_REQ(a2, "OK count=1", "UNLOCK r");
     H_REQ(a2, "OK count=0", "UNLOCK r");
-    ck_assert_int_gt(lock_new(b, "r"), t);
+    ck_assert_int_gt(H_LOCK_NEW(b, "r"), t);
 }
 END_TEST
 
@@ -217,13 +191,13 @@ START_TEST(test_close_cancels_waits)
     struct h_conn *b = H_CLIENT(D, "name=bob ttl=30s");
     struct h_conn *c = H_CLIENT(D, "name=carol");
 
-    lock_new(a, "cw");
+    H_LOCK_NEW(a, "cw");
     ck_assert_int_eq(h_send(b, "LOCK cw wait=20s"), 0);
     ck_assert(h_wait_waiters(a, "cw", 1, 3000));
     h_close(b); /* its session lives on, its wait is gone */
     h_sleep_ms(300);
     H_REQ(a, "OK count=0", "UNLOCK cw");
-    lock_new(c, "cw");
+    H_LOCK_NEW(c, "cw");
 }
 END_TEST
 
@@ -234,7 +208,7 @@ START_TEST(test_unknown_session)
 
     H_REQ(c, "ERR NOSESSION%*", "HELLO session=0123456789abcdef");
     H_REQ(c, "OK", "PING");
-    lock_new(c, "us"); /* its own session is untouched */
+    H_LOCK_NEW(c, "us"); /* its own session is untouched */
     H_REQ(b, "BUSY holder=me ttl=%d", "LOCK us");
 }
 END_TEST
@@ -244,7 +218,7 @@ START_TEST(test_auth_unconfigured)
     struct h_conn *c = H_CLIENT(D, "name=me");
 
     H_REQ(c, "ERR NOAUTH%*", "AUTH anything");
-    lock_new(c, "au");
+    H_LOCK_NEW(c, "au");
 }
 END_TEST
 
@@ -278,12 +252,12 @@ START_TEST(test_auth_flow)
     H_REQ(c, "ERR NOAUTH%*", "AUTH wrong");
     H_REQ(c, "ERR NOAUTH%*", "LOCK a");
     H_REQ(c, "OK", "AUTH secret");
-    lock_new(c, "a");
+    H_LOCK_NEW(c, "a");
 
     H_REQ(c2, "ERR NOAUTH%*", "HELLO auth=wrong name=x");
     H_REQ(c2, "ERR NOAUTH%*", "LOCK b");
     H_REQ(c2, "OK session=%x%*", "HELLO auth=secret name=x");
-    lock_new(c2, "b");
+    H_LOCK_NEW(c2, "b");
     H_REQ(c2, "BUSY holder=%w ttl=%d", "LOCK a");
 
     /* HELLO without auth= is allowed but does not authenticate; QUIT is allowed. */
@@ -300,7 +274,7 @@ static Suite *sessions_suite(void)
     TCase *tc = tcase_create("sessions");
     TCase *cfg = tcase_create("config");
 
-    tcase_add_checked_fixture(tc, setup_both, teardown);
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_hello_fields);
     tcase_add_test(tc, test_ttl_clamp_default);
@@ -315,7 +289,7 @@ static Suite *sessions_suite(void)
     tcase_add_test(tc, test_auth_unconfigured);
     suite_add_tcase(s, tc);
 
-    tcase_add_checked_fixture(cfg, setup_redis, teardown);
+    tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
     tcase_set_timeout(cfg, 60);
     tcase_add_test(cfg, test_ttl_clamp_config);
     tcase_add_test(cfg, test_auth_flow);

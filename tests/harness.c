@@ -1572,6 +1572,28 @@ void h_fini(int failed)
     nftw(h_base, h_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+struct h_redis *R;
+struct h_dlockd *D;
+
+void h_setup_redis(void)
+{
+    R = h_redis_start(NULL);
+    D = NULL;
+}
+
+void h_setup_both(void)
+{
+    h_setup_redis();
+    D = h_dlockd_start(R->port, NULL);
+}
+
+void h_teardown(void)
+{
+    h_cleanup();
+    R = NULL;
+    D = NULL;
+}
+
 int h_run_suite(Suite *s)
 {
     SRunner *sr = srunner_create(s);

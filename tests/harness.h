@@ -70,6 +70,16 @@ int h_run_suite(Suite *s);
  * runs at exit.
  */
 void h_cleanup(void);
+/*
+ * The fixtures of most test cases: R is a fresh redis-server (h_setup_redis),
+ * D a dlockd with default settings on it (h_setup_both; NULL after
+ * h_setup_redis). h_teardown is h_cleanup, forgetting both.
+ */
+extern struct h_redis *R;
+extern struct h_dlockd *D;
+void h_setup_redis(void);
+void h_setup_both(void);
+void h_teardown(void);
 
 /* ---- time */
 
@@ -248,5 +258,7 @@ long long h_kv_int_at(const char *file, int line, const char *reply, const char 
 #define H_EOF(c, timeout_ms) h_eof_at(__FILE__, __LINE__, (c), (timeout_ms))
 /* The number after key= in a reply; fails the test when absent. */
 #define H_KV_INT(reply, key) h_kv_int_at(__FILE__, __LINE__, (reply), (key))
+/* "LOCK args", expected to be granted as a new hold (count=1); its token. */
+#define H_LOCK_NEW(c, args) H_KV_INT(H_REQ((c), "OK token=%d count=1", "LOCK %s", (args)), "token")
 
 #endif
