@@ -20,139 +20,78 @@ that could not be renewed is reported LOST before SAFE.
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import LineConn, free_port, kv, redis_ping  # noqa: E402
+from common import kv  # noqa: E402
+from rig import Rig  # noqa: E402
+
+
+def body(rig):
+    x, y, z = rig.client("A", "X"), rig.client("B", "Y"), rig.client("A", "Z")
+    t_x = int(kv(x.request("LOCK k"), "token"))
+    y.send("LOCK k wait=20s")
+    st = None
+    for _ in range(100):  # until Y is queued
+        st = x.request("STATUS k")
+        if '"waiters":1' in st:
+            break
+        time.sleep(0.02)
+    print("1. X holds k (token %d); Y waits: %s" % (t_x, st))
+    rig.ctl("STALL")
+    print("2. B's link to Redis stalls")
+    print("3. X unlocks:", x.request("UNLOCK k"))
+    deadline = time.monotonic() + 4.5  # lock-lease 3s + margin; keep Y's session alive
+    y_lines = []
+    while time.monotonic() < deadline:
+        y.send("#p PING")
+        while True:
+            line = y.readline(0.5)
+            if line is None:
+                break
+            if not line.startswith("#p"):
+                y_lines.append(line)
+    print("4. Y read while B was stalled:", y_lines)
+    rep_z = z.request("LOCK k wait=5s")
+    t_z = kv(rep_z, "token")
+    print("5. Z:", rep_z)
+    if t_z is None:
+        print("setup: Z did not get k; cannot show the bug")
+        return 2
+    rig.ctl("HEAL")
+    print("6. stall over")
+    after = []
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        line = y.readline(0.2)
+        if line is not None and not line.startswith("#p"):
+            after.append(line)
+    print("   Y then read:", after)
+    status_k = x.request("STATUS k")
+    print("   STATUS k:", status_k)
+    granted = [ln for ln in after if ln.startswith("OK token=")]
+    safe_idx = [i for i, ln in enumerate(after) if ln == "* SAFE"]
+    lost_before_safe = any(ln.startswith("* LOST k") for ln in after[:safe_idx[0]]) if safe_idx else False
+    bad = []
+    if granted:
+        t_y = int(kv(granted[0], "token"))
+        bad.append("Y was answered %r while Z holds k with token %s (newer: %s)" % (
+            granted[0], t_z, int(t_z) > t_y))
+        if safe_idx and not lost_before_safe and after.index(granted[0]) < safe_idx[0]:
+            bad.append("then * SAFE without * LOST k before it")
+    if bad:
+        print("BUG: " + "; ".join(bad))
+        status = 1
+    else:
+        print("ok: no grant of an expired hold")
+        status = 0
+    return status
 
 
 def main():
-    dlockd = os.environ.get("DLOCKD", os.path.join(HERE, "..", "..", "daemon", "dlockd"))
-    redis = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    tmp = tempfile.mkdtemp(prefix="dlockd-repro.")
-    procs = []
-
-    def spawn(argv, name):
-        f = open(os.path.join(tmp, name), "ab")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        f.close()
-        procs.append(p)
-        return p
-
-    def wait_for(pred, what):
-        for _ in range(200):
-            if pred():
-                return
-            time.sleep(0.05)
-        raise RuntimeError("no " + what)
-
-    def ping(port):
-        try:
-            c = LineConn(("127.0.0.1", port), timeout=0.5)
-            ok = c.request("PING", 1.0) == "OK"
-            c.close()
-            return ok
-        except (OSError, EOFError, TimeoutError):
-            return False
-
-    def client(port, name):
-        c = LineConn(("127.0.0.1", port), timeout=1.0)
-        assert c.request("HELLO ttl=10s name=" + name).startswith("OK")
-        return c
-
-    def ctl(cmd):
-        c = LineConn(("127.0.0.1", cport), timeout=1.0)
-        assert c.request(cmd) == "OK"
-        c.close()
-
-    status = 2
-    try:
-        rport, pport, cport, aport, bport = (free_port() for _ in range(5))
-        spawn([redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", tmp], "redis.log")
-        wait_for(lambda: redis_ping(rport), "redis")
-        spawn([sys.executable, os.path.join(HERE, "proxy.py"), "--listen", "127.0.0.1:%d" % pport,
-               "--target", "127.0.0.1:%d" % rport, "--control", "127.0.0.1:%d" % cport], "proxy.out")
-        wait_for(lambda: ping(cport), "proxy")
-        common = ["--session-ttl", "10s", "--lock-lease", "3s", "--backend-timeout", "1s", "--log-level", "debug"]
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % aport, "--redis", "127.0.0.1:%d" % rport] + common, "A.log")
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % bport, "--redis", "127.0.0.1:%d" % pport] + common, "B.log")
-        wait_for(lambda: ping(aport) and ping(bport), "dlockd A and B")
-
-        x, y, z = client(aport, "X"), client(bport, "Y"), client(aport, "Z")
-        t_x = int(kv(x.request("LOCK k"), "token"))
-        y.send("LOCK k wait=20s")
-        st = None
-        for _ in range(100):  # until Y is queued
-            st = x.request("STATUS k")
-            if '"waiters":1' in st:
-                break
-            time.sleep(0.02)
-        print("1. X holds k (token %d); Y waits: %s" % (t_x, st))
-        ctl("STALL")
-        print("2. B's link to Redis stalls")
-        print("3. X unlocks:", x.request("UNLOCK k"))
-        deadline = time.monotonic() + 4.5  # lock-lease 3s + margin; keep Y's session alive
-        y_lines = []
-        while time.monotonic() < deadline:
-            y.send("#p PING")
-            while True:
-                line = y.readline(0.5)
-                if line is None:
-                    break
-                if not line.startswith("#p"):
-                    y_lines.append(line)
-        print("4. Y read while B was stalled:", y_lines)
-        rep_z = z.request("LOCK k wait=5s")
-        t_z = kv(rep_z, "token")
-        print("5. Z:", rep_z)
-        if t_z is None:
-            print("setup: Z did not get k; cannot show the bug")
-            return 2
-        ctl("HEAL")
-        print("6. stall over")
-        after = []
-        end = time.monotonic() + 2.0
-        while time.monotonic() < end:
-            line = y.readline(0.2)
-            if line is not None and not line.startswith("#p"):
-                after.append(line)
-        print("   Y then read:", after)
-        status_k = x.request("STATUS k")
-        print("   STATUS k:", status_k)
-        granted = [ln for ln in after if ln.startswith("OK token=")]
-        safe_idx = [i for i, ln in enumerate(after) if ln == "* SAFE"]
-        lost_before_safe = any(ln.startswith("* LOST k") for ln in after[:safe_idx[0]]) if safe_idx else False
-        bad = []
-        if granted:
-            t_y = int(kv(granted[0], "token"))
-            bad.append("Y was answered %r while Z holds k with token %s (newer: %s)" % (
-                granted[0], t_z, int(t_z) > t_y))
-            if safe_idx and not lost_before_safe and after.index(granted[0]) < safe_idx[0]:
-                bad.append("then * SAFE without * LOST k before it")
-        if bad:
-            print("BUG: " + "; ".join(bad))
-            status = 1
-        else:
-            print("ok: no grant of an expired hold")
-            status = 0
-    except (OSError, EOFError, TimeoutError, RuntimeError, AssertionError) as e:
-        print("setup failed: %s: %s" % (type(e).__name__, e))
-        status = 2
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        if status == 0 and not os.environ.get("FAULTS_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("logs in", tmp)
-    return status
+    return Rig(session_ttl="10s").run(body)
 
 
 if __name__ == "__main__":

@@ -22,136 +22,75 @@ the hold in Redis); Y keeps waiting behind Z.
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import LineConn, free_port, kv, redis_ping  # noqa: E402
+from common import kv  # noqa: E402
+from rig import Rig  # noqa: E402
+
+
+def body(rig):
+    x, y, z = rig.client("A", "X"), rig.client("B", "Y"), rig.client("A", "Z")
+    t_x = int(kv(x.request("LOCK k"), "token"))
+    y.send("LOCK k wait=20s")
+    for _ in range(100):  # until Y is queued
+        if '"waiters":1' in x.request("STATUS k"):
+            break
+        time.sleep(0.02)
+    rig.ctl("STALL #1")
+    rig.ctl("STALL #2")
+    print("1. X holds k (token %d); Y is queued; both of B's links stall" % t_x)
+    print("2. X unlocks:", x.request("UNLOCK k"))
+    y_lines = []
+    end = time.monotonic() + 3.5  # the grant to Y lapses (lock-lease 3s)
+    while time.monotonic() < end:
+        y.send("#p PING")
+        line = y.readline(0.5)
+        while line is not None:
+            if not line.startswith("#p"):
+                y_lines.append(line)
+            line = y.readline(0.01)
+    rep_z = z.request("LOCK k wait=5s", 6.0)
+    t_z = kv(rep_z, "token")
+    print("3. Y read:", y_lines, "; Z:", rep_z)
+    if t_z is None:
+        print("setup: Z did not get k")
+        return 2
+    rig.ctl("HEAL #1")
+    after1 = []
+    end = time.monotonic() + 2.5  # B renews, finds the entry gone, queues Y again
+    while time.monotonic() < end:
+        y.send("#p PING")
+        line = y.readline(0.3)
+        while line is not None:
+            if not line.startswith("#p"):
+                after1.append(line)
+            line = y.readline(0.01)
+    st = x.request("STATUS k")
+    print("4. B's script link back; Y read:", after1, "; STATUS k:", st)
+    rig.ctl("HEAL #2")
+    after2 = []
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        line = y.readline(0.1)
+        if line is not None and not line.startswith("#p"):
+            after2.append(line)
+    print("5. B's pub/sub link back; Y read:", after2)
+    print("   STATUS k:", x.request("STATUS k"))
+    granted = [ln for ln in after1 + after2 if ln.startswith("OK token=")]
+    if granted and int(kv(granted[0], "token")) < int(t_z):
+        print("BUG: Y was answered %r while Z holds k with the newer token %s" % (granted[0], t_z))
+        status = 1
+    else:
+        print("ok: Y was not answered with a grant older than Z's")
+        status = 0
+    return status
 
 
 def main():
-    dlockd = os.environ.get("DLOCKD", os.path.join(HERE, "..", "..", "daemon", "dlockd"))
-    redis = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    tmp = tempfile.mkdtemp(prefix="dlockd-repro.")
-    procs = []
-
-    def spawn(argv, name):
-        f = open(os.path.join(tmp, name), "ab")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        f.close()
-        procs.append(p)
-        return p
-
-    def wait_for(pred, what):
-        for _ in range(200):
-            if pred():
-                return
-            time.sleep(0.05)
-        raise RuntimeError("no " + what)
-
-    def ping(port):
-        try:
-            c = LineConn(("127.0.0.1", port), timeout=0.5)
-            ok = c.request("PING", 1.0) == "OK"
-            c.close()
-            return ok
-        except (OSError, EOFError, TimeoutError):
-            return False
-
-    def client(port, name):
-        c = LineConn(("127.0.0.1", port), timeout=1.0)
-        assert c.request("HELLO ttl=10s name=" + name).startswith("OK")
-        return c
-
-    def ctl(cmd):
-        c = LineConn(("127.0.0.1", cport), timeout=1.0)
-        assert c.request(cmd) == "OK"
-        c.close()
-
-    status = 2
-    try:
-        rport, pport, cport, aport, bport = (free_port() for _ in range(5))
-        spawn([redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", tmp], "redis.log")
-        wait_for(lambda: redis_ping(rport), "redis")
-        spawn([sys.executable, os.path.join(HERE, "proxy.py"), "--listen", "127.0.0.1:%d" % pport,
-               "--target", "127.0.0.1:%d" % rport, "--control", "127.0.0.1:%d" % cport], "proxy.out")
-        wait_for(lambda: ping(cport), "proxy")
-        common = ["--session-ttl", "10s", "--lock-lease", "3s", "--backend-timeout", "1s", "--log-level", "debug"]
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % aport, "--redis", "127.0.0.1:%d" % rport] + common, "A.log")
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % bport, "--redis", "127.0.0.1:%d" % pport] + common, "B.log")
-        wait_for(lambda: ping(aport) and ping(bport), "dlockd A and B")
-
-        x, y, z = client(aport, "X"), client(bport, "Y"), client(aport, "Z")
-        t_x = int(kv(x.request("LOCK k"), "token"))
-        y.send("LOCK k wait=20s")
-        for _ in range(100):  # until Y is queued
-            if '"waiters":1' in x.request("STATUS k"):
-                break
-            time.sleep(0.02)
-        ctl("STALL #1")
-        ctl("STALL #2")
-        print("1. X holds k (token %d); Y is queued; both of B's links stall" % t_x)
-        print("2. X unlocks:", x.request("UNLOCK k"))
-        y_lines = []
-        end = time.monotonic() + 3.5  # the grant to Y lapses (lock-lease 3s)
-        while time.monotonic() < end:
-            y.send("#p PING")
-            line = y.readline(0.5)
-            while line is not None:
-                if not line.startswith("#p"):
-                    y_lines.append(line)
-                line = y.readline(0.01)
-        rep_z = z.request("LOCK k wait=5s", 6.0)
-        t_z = kv(rep_z, "token")
-        print("3. Y read:", y_lines, "; Z:", rep_z)
-        if t_z is None:
-            print("setup: Z did not get k")
-            return 2
-        ctl("HEAL #1")
-        after1 = []
-        end = time.monotonic() + 2.5  # B renews, finds the entry gone, queues Y again
-        while time.monotonic() < end:
-            y.send("#p PING")
-            line = y.readline(0.3)
-            while line is not None:
-                if not line.startswith("#p"):
-                    after1.append(line)
-                line = y.readline(0.01)
-        st = x.request("STATUS k")
-        print("4. B's script link back; Y read:", after1, "; STATUS k:", st)
-        ctl("HEAL #2")
-        after2 = []
-        end = time.monotonic() + 1.5
-        while time.monotonic() < end:
-            line = y.readline(0.1)
-            if line is not None and not line.startswith("#p"):
-                after2.append(line)
-        print("5. B's pub/sub link back; Y read:", after2)
-        print("   STATUS k:", x.request("STATUS k"))
-        granted = [ln for ln in after1 + after2 if ln.startswith("OK token=")]
-        if granted and int(kv(granted[0], "token")) < int(t_z):
-            print("BUG: Y was answered %r while Z holds k with the newer token %s" % (granted[0], t_z))
-            status = 1
-        else:
-            print("ok: Y was not answered with a grant older than Z's")
-            status = 0
-    except (OSError, EOFError, TimeoutError, RuntimeError, AssertionError) as e:
-        print("setup failed: %s: %s" % (type(e).__name__, e))
-        status = 2
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        if status == 0 and not os.environ.get("FAULTS_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("logs in", tmp)
-    return status
+    return Rig(session_ttl="10s").run(body)
 
 
 if __name__ == "__main__":

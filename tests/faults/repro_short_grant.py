@@ -30,15 +30,13 @@ last 300 ms. Two variants, both run unless REPRO_VARIANT names one:
 """
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from common import LineConn, free_port, kv, redis_cmd, redis_ping  # noqa: E402
+from common import kv, redis_cmd  # noqa: E402
+from rig import Rig  # noqa: E402
 
 
 def main():
@@ -53,171 +51,112 @@ def main():
     return status
 
 
+def drain(c, secs):
+    """Lines c reads within secs (at least one look), stamped when read."""
+    out, end = [], time.monotonic() + secs
+    while True:
+        line = c.readline(min(0.01, max(0.001, end - time.monotonic())))
+        if line is not None:
+            if not line.startswith("#p"):
+                out.append((time.monotonic(), line))
+            continue
+        if time.monotonic() >= end:
+            return out
+
+def renew_phase(log):
+    """Wall-clock ms (mod 1000) of B's periodic renewals, from its debug log; None if unknown."""
+    import datetime
+    for _ in range(40):
+        stamps = []
+        with open(log, errors="replace") as f:
+            for line in f:
+                if " debug renew: " in line:
+                    t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
+                    stamps.append(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+        if len(stamps) >= 2:
+            return stamps[-1] % 1000
+        time.sleep(0.1)
+    return None
+
+
 def run(variant):
-    dlockd = os.environ.get("DLOCKD", os.path.join(HERE, "..", "..", "daemon", "dlockd"))
-    redis = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    tmp = tempfile.mkdtemp(prefix="dlockd-repro.")
-    procs = []
+    return Rig(session_ttl="20s").run(lambda rig: body(rig, variant))
 
-    def spawn(argv, name):
-        f = open(os.path.join(tmp, name), "ab")
-        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        f.close()
-        procs.append(p)
-        return p
 
-    def wait_for(pred, what):
-        for _ in range(200):
-            if pred():
-                return
-            time.sleep(0.05)
-        raise RuntimeError("no " + what)
-
-    def ping(port):
-        try:
-            c = LineConn(("127.0.0.1", port), timeout=0.5)
-            ok = c.request("PING", 1.0) == "OK"
-            c.close()
-            return ok
-        except (OSError, EOFError, TimeoutError):
-            return False
-
-    def client(port, name):
-        c = LineConn(("127.0.0.1", port), timeout=1.0)
-        assert c.request("HELLO ttl=20s name=" + name).startswith("OK")
-        return c
-
-    def ctl(cmd):
-        c = LineConn(("127.0.0.1", cport), timeout=1.0)
-        assert c.request(cmd) == "OK"
-        c.close()
-
-    def drain(c, secs):
-        """Lines c reads within secs (at least one look), stamped when read."""
-        out, end = [], time.monotonic() + secs
-        while True:
-            line = c.readline(min(0.01, max(0.001, end - time.monotonic())))
-            if line is not None:
-                if not line.startswith("#p"):
-                    out.append((time.monotonic(), line))
-                continue
-            if time.monotonic() >= end:
-                return out
-
-    def renew_phase(log):
-        """Wall-clock ms (mod 1000) of B's periodic renewals, from its debug log; None if unknown."""
-        import datetime
-        for _ in range(40):
-            stamps = []
-            with open(log, errors="replace") as f:
-                for line in f:
-                    if " debug renew: " in line:
-                        t = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S.%f")
-                        stamps.append(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
-            if len(stamps) >= 2:
-                return stamps[-1] % 1000
-            time.sleep(0.1)
-        return None
-
-    status = 2
-    try:
-        rport, pport, cport, aport, bport = (free_port() for _ in range(5))
-        spawn([redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", tmp], "redis.log")
-        wait_for(lambda: redis_ping(rport), "redis")
-        spawn([sys.executable, os.path.join(HERE, "proxy.py"), "--listen", "127.0.0.1:%d" % pport,
-               "--target", "127.0.0.1:%d" % rport, "--control", "127.0.0.1:%d" % cport], "proxy.out")
-        wait_for(lambda: ping(cport), "proxy")
-        common = ["--session-ttl", "20s", "--lock-lease", "3s", "--backend-timeout", "1s", "--log-level", "debug"]
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % aport, "--redis", "127.0.0.1:%d" % rport] + common, "A.log")
-        wait_for(lambda: ping(aport), "dlockd A")
-        spawn([dlockd, "--listen", "127.0.0.1:%d" % bport, "--redis", "127.0.0.1:%d" % pport] + common, "B.log")
-        wait_for(lambda: ping(bport), "dlockd B")
-
-        x, y, z = client(aport, "X"), client(bport, "Y"), client(aport, "Z")
-        t_x = kv(x.request("LOCK k"), "token")
-        # B renews every lock-lease/3 = 1 s from its start: queue Y half-way between two
-        # renewals, so that none falls in the last 300 ms of Y's queue entry (see below)
-        phase = renew_phase(os.path.join(tmp, "B.log"))
-        if phase is not None:
-            now = time.time() * 1000
-            time.sleep(((phase + 500 - now) % 1000) / 1000.0)
-        y.send("LOCK k wait=20s")
-        entry = None
-        for _ in range(200):
-            xs = redis_cmd(rport, "ZRANGE", "dlock:{k}:x", 0, -1, "WITHSCORES")
-            entry = [(xs[i], int(xs[i + 1])) for i in range(0, len(xs), 2) if xs[i].startswith("@")]
-            if entry:
-                break
-            time.sleep(0.005)
-        if variant == "pubsub":
-            ctl("STALL #1")  # B's script connection (opened first); its pub/sub one still flows
+def body(rig, variant):
+    x, y, z = rig.client("A", "X"), rig.client("B", "Y"), rig.client("A", "Z")
+    t_x = kv(x.request("LOCK k"), "token")
+    # B renews every lock-lease/3 = 1 s from its start: queue Y half-way between two
+    # renewals, so that none falls in the last 300 ms of Y's queue entry (see below)
+    phase = renew_phase(rig.log("B.log"))
+    if phase is not None:
+        now = time.time() * 1000
+        time.sleep(((phase + 500 - now) % 1000) / 1000.0)
+    y.send("LOCK k wait=20s")
+    entry = None
+    for _ in range(200):
+        xs = redis_cmd(rig.rport, "ZRANGE", "dlock:{k}:x", 0, -1, "WITHSCORES")
+        entry = [(xs[i], int(xs[i + 1])) for i in range(0, len(xs), 2) if xs[i].startswith("@")]
+        if entry:
+            break
+        time.sleep(0.005)
+    if variant == "pubsub":
+        rig.ctl("STALL #1")  # B's script connection (opened first); its pub/sub one still flows
+    else:
+        rig.ctl("STALL")
+    if not entry:
+        print("setup: Y's queue entry not found")
+        return 2
+    sec, usec = redis_cmd(rig.rport, "TIME")
+    left_ms = entry[0][1] - (int(sec) * 1000 + int(usec) // 1000)
+    t_end = time.monotonic() + left_ms / 1000.0
+    print("1. X holds k (token %s); Y queued, entry %s ends in %d ms; B's link%s stall%s" % (
+        t_x, entry[0][0], left_ms, "" if variant == "pubsub" else "s", "s" if variant == "pubsub" else ""))
+    if variant == "pubsub":
+        drain(y, max(0.0, t_end - 0.25 - time.monotonic()))
+        print("2. X unlocks 250 ms before the entry's end:", x.request("UNLOCK k"))
+    else:
+        if variant == "inherit":
+            drain(y, max(0.0, t_end - 1.0 - time.monotonic()))
+            print("2. X unlocks 1 s before the entry's end:", x.request("UNLOCK k"))
         else:
-            ctl("STALL")
-        if not entry:
-            print("setup: Y's queue entry not found")
-            return 2
-        sec, usec = redis_cmd(rport, "TIME")
-        left_ms = entry[0][1] - (int(sec) * 1000 + int(usec) // 1000)
-        t_end = time.monotonic() + left_ms / 1000.0
-        print("1. X holds k (token %s); Y queued, entry %s ends in %d ms; B's link%s stall%s" % (
-            t_x, entry[0][0], left_ms, "" if variant == "pubsub" else "s", "s" if variant == "pubsub" else ""))
-        if variant == "pubsub":
-            drain(y, max(0.0, t_end - 0.25 - time.monotonic()))
-            print("2. X unlocks 250 ms before the entry's end:", x.request("UNLOCK k"))
-        else:
-            if variant == "inherit":
-                drain(y, max(0.0, t_end - 1.0 - time.monotonic()))
-                print("2. X unlocks 1 s before the entry's end:", x.request("UNLOCK k"))
-            else:
-                print("2. X unlocks:", x.request("UNLOCK k"))
-            drain(y, max(0.0, t_end - 0.3 - time.monotonic()))
-            ctl("HEAL")
-            print("3. B's links come back 300 ms before the entry's end")
-        t_unlock = time.monotonic()
-        z.send("LOCK k wait=2s")
-        y_after = drain(y, 0.0)
-        rep_z, t_z = None, None
-        end = time.monotonic() + 3
-        while time.monotonic() < end and rep_z is None:
-            rep_z = z.readline(0.005)
-            y_after += drain(y, 0.0)
-        t_z = time.monotonic()
-        y_after += drain(y, 0.3)
-        print("4. Z:", rep_z, "%.0f ms later" % ((t_z - t_unlock) * 1000))
-        for t, ln in y_after:
-            print("   Y read %+.0f ms: %s" % ((t - t_unlock) * 1000, ln))
-        ctl("HEAL")
-        later = drain(y, 1.5)
-        print("5. then Y read:", [ln for _, ln in later])
-        y_ok = [(t, ln) for t, ln in y_after if ln.startswith("OK token=")]
-        warned = [(t, ln) for t, ln in y_after if ln.startswith("* LOST") or ln.startswith("* BYE")]
-        lost_fast = [(t, ln) for t, ln in warned if y_ok and t - y_ok[0][0] < 1.0]
-        if rep_z and rep_z.startswith("OK") and y_ok and y_ok[0][0] < t_z and (not warned or warned[0][0] > t_z):
-            print("BUG: Y was answered %r; %.0f ms later Z was granted k (%s) while Y had heard nothing more" % (
-                y_ok[0][1], (t_z - y_ok[0][0]) * 1000, rep_z))
-            status = 1
-        elif variant != "pubsub" and rep_z and rep_z.startswith("OK") and lost_fast:
-            print("BUG: Y was answered %r with Redis reachable, lost it %.0f ms later (%s) and Z was granted k" % (
-                y_ok[0][1], (lost_fast[0][0] - y_ok[0][0]) * 1000, lost_fast[0][1]))
-            status = 1
-        elif not y_ok:
-            print("ok: Y was not answered OK for a hold about to lapse")
-            status = 0
-        else:
-            print("ok: Z was not granted k while Y held it")
-            status = 0
-    except (OSError, EOFError, TimeoutError, RuntimeError, AssertionError, ValueError) as e:
-        print("setup failed: %s: %s" % (type(e).__name__, e))
-        status = 2
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        if status == 0 and not os.environ.get("FAULTS_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("logs in", tmp)
+            print("2. X unlocks:", x.request("UNLOCK k"))
+        drain(y, max(0.0, t_end - 0.3 - time.monotonic()))
+        rig.ctl("HEAL")
+        print("3. B's links come back 300 ms before the entry's end")
+    t_unlock = time.monotonic()
+    z.send("LOCK k wait=2s")
+    y_after = drain(y, 0.0)
+    rep_z, t_z = None, None
+    end = time.monotonic() + 3
+    while time.monotonic() < end and rep_z is None:
+        rep_z = z.readline(0.005)
+        y_after += drain(y, 0.0)
+    t_z = time.monotonic()
+    y_after += drain(y, 0.3)
+    print("4. Z:", rep_z, "%.0f ms later" % ((t_z - t_unlock) * 1000))
+    for t, ln in y_after:
+        print("   Y read %+.0f ms: %s" % ((t - t_unlock) * 1000, ln))
+    rig.ctl("HEAL")
+    later = drain(y, 1.5)
+    print("5. then Y read:", [ln for _, ln in later])
+    y_ok = [(t, ln) for t, ln in y_after if ln.startswith("OK token=")]
+    warned = [(t, ln) for t, ln in y_after if ln.startswith("* LOST") or ln.startswith("* BYE")]
+    lost_fast = [(t, ln) for t, ln in warned if y_ok and t - y_ok[0][0] < 1.0]
+    if rep_z and rep_z.startswith("OK") and y_ok and y_ok[0][0] < t_z and (not warned or warned[0][0] > t_z):
+        print("BUG: Y was answered %r; %.0f ms later Z was granted k (%s) while Y had heard nothing more" % (
+            y_ok[0][1], (t_z - y_ok[0][0]) * 1000, rep_z))
+        status = 1
+    elif variant != "pubsub" and rep_z and rep_z.startswith("OK") and lost_fast:
+        print("BUG: Y was answered %r with Redis reachable, lost it %.0f ms later (%s) and Z was granted k" % (
+            y_ok[0][1], (lost_fast[0][0] - y_ok[0][0]) * 1000, lost_fast[0][1]))
+        status = 1
+    elif not y_ok:
+        print("ok: Y was not answered OK for a hold about to lapse")
+        status = 0
+    else:
+        print("ok: Z was not granted k while Y held it")
+        status = 0
     return status
 
 
