@@ -159,6 +159,29 @@ def redis_ping(port, host="127.0.0.1", timeout=0.5):
         s.close()
 
 
+def dlockd_ping(port, host="127.0.0.1"):
+    """True when a dlockd answers PING on port."""
+    try:
+        c = LineConn((host, port), timeout=0.5)
+    except OSError:
+        return False
+    try:
+        return (c.request("PING", 1.0) or "").startswith("OK")
+    except (OSError, EOFError, TimeoutError):
+        return False
+    finally:
+        c.close()
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise RuntimeError("timed out waiting for " + what)
+
+
 def percentile(values, p):
     """Nearest-rank percentile of values (p in 0..100); None when empty."""
     if not values:

@@ -35,7 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import checker  # noqa: E402
-from common import LineConn, Recorder, free_port, now_ns, redis_ping  # noqa: E402
+from common import LineConn, Recorder, dlockd_ping, free_port, now_ns, redis_ping, wait_for  # noqa: E402
 
 TTL_MS = 2000
 HB_MS = TTL_MS // 3
@@ -191,28 +191,6 @@ class Proc:
             return self.p.wait(), True
 
 
-def wait_for(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise RuntimeError("timed out waiting for " + what)
-
-
-def dlockd_ready(port):
-    try:
-        c = LineConn(("127.0.0.1", port), timeout=0.5)
-    except OSError:
-        return False
-    try:
-        return (c.request("PING", 1.0) or "").startswith("OK")
-    except (OSError, EOFError, TimeoutError):
-        return False
-    finally:
-        c.close()
-
-
 class Scenario:
     def __init__(self, name, seed, duration, top, args, use_nft):
         self.name = name
@@ -264,7 +242,7 @@ class Scenario:
                     "--lock-delay", "%dms" % self.lock_delay, "--log-level", self.args.daemon_log_level]
             p = Proc(argv, os.path.join(d, "dlockd%d.log" % i)).start()
             self.dlockd.append([p, port])
-            wait_for(lambda: dlockd_ready(port), 10, "dlockd %d" % i)
+            wait_for(lambda: dlockd_ping(port), 10, "dlockd %d" % i)
             if self.proxy_mode:
                 lp, cp = free_port(), free_port()
                 self.cpx.append((self.proxy("127.0.0.1:%d" % port, lp, cp, "cpx%d" % i), cp, lp))
@@ -418,7 +396,7 @@ class Scenario:
         p.kill()
         self.sleep(down)
         p.start()
-        wait_for(lambda: dlockd_ready(port), 10, "dlockd %d after restart" % i)
+        wait_for(lambda: dlockd_ping(port), 10, "dlockd %d after restart" % i)
         self.fault("kill-dlockd", "daemon", t0, daemon=i, ms=int(down * 1000))
 
     def n_kill_redis(self):

@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import kv  # noqa: E402
-from rig import Rig  # noqa: E402
+from rig import Rig, read_lines  # noqa: E402
 
 
 def body(rig):
@@ -43,16 +43,7 @@ def body(rig):
     rig.ctl("STALL")
     print("2. B's link to Redis stalls")
     print("3. X unlocks:", x.request("UNLOCK k"))
-    deadline = time.monotonic() + 4.5  # lock-lease 3s + margin; keep Y's session alive
-    y_lines = []
-    while time.monotonic() < deadline:
-        y.send("#p PING")
-        while True:
-            line = y.readline(0.5)
-            if line is None:
-                break
-            if not line.startswith("#p"):
-                y_lines.append(line)
+    y_lines = read_lines(y, 4.5, ping_every=0.5)  # lock-lease 3s + margin; Y's session lives
     print("4. Y read while B was stalled:", y_lines)
     rep_z = z.request("LOCK k wait=5s")
     t_z = kv(rep_z, "token")
@@ -62,12 +53,7 @@ def body(rig):
         return 2
     rig.ctl("HEAL")
     print("6. stall over")
-    after = []
-    end = time.monotonic() + 2.0
-    while time.monotonic() < end:
-        line = y.readline(0.2)
-        if line is not None and not line.startswith("#p"):
-            after.append(line)
+    after = read_lines(y, 2.0)
     print("   Y then read:", after)
     status_k = x.request("STATUS k")
     print("   STATUS k:", status_k)

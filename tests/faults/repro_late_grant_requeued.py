@@ -28,7 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from common import kv  # noqa: E402
-from rig import Rig  # noqa: E402
+from rig import Rig, read_lines  # noqa: E402
 
 
 def body(rig):
@@ -43,15 +43,7 @@ def body(rig):
     rig.ctl("STALL #2")
     print("1. X holds k (token %d); Y is queued; both of B's links stall" % t_x)
     print("2. X unlocks:", x.request("UNLOCK k"))
-    y_lines = []
-    end = time.monotonic() + 3.5  # the grant to Y lapses (lock-lease 3s)
-    while time.monotonic() < end:
-        y.send("#p PING")
-        line = y.readline(0.5)
-        while line is not None:
-            if not line.startswith("#p"):
-                y_lines.append(line)
-            line = y.readline(0.01)
+    y_lines = read_lines(y, 3.5, ping_every=0.5)  # the grant to Y lapses (lock-lease 3s)
     rep_z = z.request("LOCK k wait=5s", 6.0)
     t_z = kv(rep_z, "token")
     print("3. Y read:", y_lines, "; Z:", rep_z)
@@ -59,24 +51,11 @@ def body(rig):
         print("setup: Z did not get k")
         return 2
     rig.ctl("HEAL #1")
-    after1 = []
-    end = time.monotonic() + 2.5  # B renews, finds the entry gone, queues Y again
-    while time.monotonic() < end:
-        y.send("#p PING")
-        line = y.readline(0.3)
-        while line is not None:
-            if not line.startswith("#p"):
-                after1.append(line)
-            line = y.readline(0.01)
+    after1 = read_lines(y, 2.5, ping_every=0.3)  # B renews, finds the entry gone, queues Y again
     st = x.request("STATUS k")
     print("4. B's script link back; Y read:", after1, "; STATUS k:", st)
     rig.ctl("HEAL #2")
-    after2 = []
-    end = time.monotonic() + 1.5
-    while time.monotonic() < end:
-        line = y.readline(0.1)
-        if line is not None and not line.startswith("#p"):
-            after2.append(line)
+    after2 = read_lines(y, 1.5)
     print("5. B's pub/sub link back; Y read:", after2)
     print("   STATUS k:", x.request("STATUS k"))
     granted = [ln for ln in after1 + after2 if ln.startswith("OK token=")]

@@ -20,28 +20,10 @@ import sys
 import tempfile
 import time
 
-from common import LineConn, free_port, redis_ping
+from common import LineConn, dlockd_ping, free_port, redis_ping, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETUP_ERRORS = (OSError, EOFError, TimeoutError, RuntimeError, AssertionError, ValueError)
-
-
-def wait_for(pred, what):
-    for _ in range(200):
-        if pred():
-            return
-        time.sleep(0.05)
-    raise RuntimeError("no " + what)
-
-
-def ping(port):
-    try:
-        c = LineConn(("127.0.0.1", port), timeout=0.5)
-        ok = c.request("PING", 1.0) == "OK"
-        c.close()
-        return ok
-    except (OSError, EOFError, TimeoutError):
-        return False
 
 
 class Rig:
@@ -68,17 +50,17 @@ class Rig:
         self.rport, self.pport, self.cport, aport, bport = (free_port() for _ in range(5))
         self.spawn([self.redis, "--port", str(self.rport), "--bind", "127.0.0.1", "--save", "",
                     "--appendonly", "no", "--dir", self.tmp], "redis.log")
-        wait_for(lambda: redis_ping(self.rport), "redis")
+        wait_for(lambda: redis_ping(self.rport), 10, "redis")
         self.spawn([sys.executable, os.path.join(HERE, "proxy.py"), "--listen", "127.0.0.1:%d" % self.pport,
                     "--target", "127.0.0.1:%d" % self.rport, "--control", "127.0.0.1:%d" % self.cport],
                    "proxy.out")
-        wait_for(lambda: ping(self.cport), "proxy")
+        wait_for(lambda: dlockd_ping(self.cport), 10, "proxy")
         common = ["--session-ttl", self.session_ttl, "--lock-lease", "3s", "--backend-timeout", "1s",
                   "--log-level", "debug"]
         for name, port, redis_port in (("A", aport, self.rport), ("B", bport, self.pport)):
             self.spawn([self.dlockd, "--listen", "127.0.0.1:%d" % port, "--redis", "127.0.0.1:%d" % redis_port] +
                        common, name + ".log")
-            wait_for(lambda: ping(port), "dlockd " + name)
+            wait_for(lambda: dlockd_ping(port), 10, "dlockd " + name)
             self.ports[name] = port
 
     def client(self, daemon, name):
@@ -109,3 +91,19 @@ class Rig:
             else:
                 print("logs in", self.tmp)
         return status
+
+
+def read_lines(c, secs, ping_every=None):
+    """The lines c reads within secs, but the replies to "#p" pings; with ping_every (seconds) it
+    sends "#p PING" that often, to keep its session alive."""
+    out, end, next_ping = [], time.monotonic() + secs, 0.0
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            return out
+        if ping_every is not None and now >= next_ping:
+            c.send("#p PING")
+            next_ping = now + ping_every
+        line = c.readline(min(0.05, end - now))
+        if line is not None and not line.startswith("#p"):
+            out.append(line)
