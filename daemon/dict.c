@@ -95,23 +95,25 @@ static void grow(struct dict *d)
     free(old);
 }
 
-void dict_set(struct dict *d, const char *key, void *val)
+const char *dict_set(struct dict *d, const char *key, void *val)
 {
-    struct entry **ep = find(d, key);
+    struct entry **ep = find(d, key), *e = *ep;
     size_t len;
 
-    if (*ep) {
-        (*ep)->val = val;
-        return;
+    if (e) {
+        e->val = val;
+        return e->key;
     }
     len = strlen(key);
-    if ((*ep = malloc(sizeof(**ep) + len + 1)) == NULL)
+    if ((e = malloc(sizeof(*e) + len + 1)) == NULL)
         fatalx("dict: out of memory");
-    (*ep)->next = NULL;
-    (*ep)->val = val;
-    memcpy((*ep)->key, key, len + 1);
+    e->next = NULL;
+    e->val = val;
+    memcpy(e->key, key, len + 1);
+    *ep = e;
     if (++d->n > d->nslots)
         grow(d);
+    return e->key;
 }
 
 void *dict_del(struct dict *d, const char *key)

@@ -11,8 +11,11 @@ struct dict *dict_new(void);
 void dict_free(struct dict *d);
 /* The value stored under key, or NULL. */
 void *dict_get(const struct dict *d, const char *key);
-/* Stores val under a copy of key, replacing any value there. */
-void dict_set(struct dict *d, const char *key, void *val);
+/*
+ * Stores val under a copy of key, replacing any value there. Returns the
+ * copy, which lives until the entry is deleted.
+ */
+const char *dict_set(struct dict *d, const char *key, void *val);
 /* Removes key; returns its value, or NULL. */
 void *dict_del(struct dict *d, const char *key);
 size_t dict_size(const struct dict *d);

@@ -35,9 +35,9 @@ struct dlockd {
     int ready;                  /* systemd was told READY=1 */
     struct args *args;          /* the command line, for reloads */
     struct dict *sessions;      /* session id -> struct session */
-    struct dict *holds;         /* hold key -> struct hold */
     struct dict *waits;         /* wid -> struct wait */
-    struct dict *names;         /* name -> struct lname: holds by name */
+    struct dict *names;         /* name -> struct lname: the holds, by name */
+    uint64_t nholds;            /* holds of all sessions */
     struct dict *latches;       /* name -> struct awaiters of a latch */
     struct conn_list conns;     /* open connections */
     int nconns;

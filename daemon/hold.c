@@ -12,29 +12,35 @@
 #include "session.h"
 #include "wait.h"
 
-void hold_keys(struct dlockd *d, const char *name, char keys[NAME_KEYS][KEY_MAX])
-{
-    static const char suffix[] = "hxqwtml";
+static const char suffixes[NAME_KEYS] = "hxqwtml"; /* one Redis key per letter, see scripts/common.lua */
 
-    for (int i = 0; i < NAME_KEYS; i++)
-        snprintf(keys[i], KEY_MAX, "%s{%s}:%c", d->cfg.key_prefix, name, suffix[i]);
+void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix)
+{
+    snprintf(buf, len, "%s{%s}:%c", d->cfg.key_prefix, name, suffix);
 }
 
 int hold_script(struct dlockd *d, enum script_id id, int nnames, const char *const *names, int nargs,
                 const char **args, redis_cb *cb, redis_cb *late, void *arg)
 {
-    int nkeys = nnames * NAME_KEYS, argc = nkeys + 3 + nnames + nargs, rc;
-    char (*keys)[NAME_KEYS][KEY_MAX] = malloc((size_t)nnames * sizeof(*keys));
+    int nkeys = nnames * NAME_KEYS, argc = nkeys + 3 + nnames + nargs, rc, n = 0;
+    size_t plen = strlen(d->cfg.key_prefix), size = 0;
     const char **argv = malloc((size_t)argc * sizeof(*argv));
-    char count[16];
-    int n = 0;
+    char count[16], *keys, *p;
 
-    if (keys == NULL || argv == NULL)
+    for (int i = 0; i < nnames; i++)
+        size += NAME_KEYS * (plen + strlen(names[i]) + 5);
+    if (argv == NULL || (keys = p = malloc(size + 1)) == NULL)
         fatalx("hold: out of memory");
     for (int i = 0; i < nnames; i++) {
-        hold_keys(d, names[i], keys[i]);
-        for (int j = 0; j < NAME_KEYS; j++)
-            argv[n++] = keys[i][j];
+        /* The keys of a name differ only in their last letter. */
+        size_t len = plen + strlen(names[i]) + 4;
+        hold_key(d, p, len + 1, names[i], suffixes[0]);
+        for (int j = 0; j < NAME_KEYS; j++, p += len + 1) {
+            if (j > 0)
+                memcpy(p, p - len - 1, len + 1);
+            p[len - 1] = suffixes[j];
+            argv[n++] = p;
+        }
     }
     snprintf(count, sizeof(count), "%d", nnames);
     argv[n++] = d->cfg.key_prefix;
@@ -55,46 +61,56 @@ struct lname *hold_name(struct dlockd *d, const char *name)
     return dict_get(d->names, name);
 }
 
-static void hold_key(char *key, size_t len, const char *name, const char *hid)
-{
-    snprintf(key, len, "%s\n%s", name, hid);
-}
-
+/* A name has few holds here (one per session and owner that holds it), so a walk finds one. */
 struct hold *hold_find(struct dlockd *d, const char *name, const char *hid)
 {
-    char key[HOLD_KEY_MAX];
+    struct lname *ln = dict_get(d->names, name);
+    struct hold *h;
 
-    hold_key(key, sizeof(key), name, hid);
-    return dict_get(d->holds, key);
+    if (ln == NULL)
+        return NULL;
+    TAILQ_FOREACH(h, &ln->holds, in_name)
+        if (strcmp(h->hid, hid) == 0)
+            return h;
+    return NULL;
 }
 
 void hold_remove(struct dlockd *d, struct hold *h)
 {
-    dict_del(d->holds, h->key);
     TAILQ_REMOVE(&h->s->holds, h, in_session);
     h->s->nholds--;
+    d->nholds--;
     TAILQ_REMOVE(&h->ln->holds, h, in_name);
     if (TAILQ_EMPTY(&h->ln->holds)) {
         dict_del(d->names, h->ln->name);
         free(h->ln);
     }
-    deadline_cancel(d->deadlines, &h->lease_dl);
+    if (h->lease) {
+        deadline_cancel(d->deadlines, &h->lease->dl);
+        free(h->lease);
+    }
     free(h);
+}
+
+/* Forgets h here and releases it in Redis. */
+static void drop(struct dlockd *d, struct hold *h, int64_t delay)
+{
+    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1], token[TOKEN_MAX];
+
+    snprintf(name, sizeof(name), "%s", h->ln->name);
+    snprintf(hid, sizeof(hid), "%s", h->hid);
+    memcpy(token, h->token, sizeof(token));
+    hold_remove(d, h);
+    hold_release(d, name, hid, token, 1, 0, delay);
 }
 
 static void on_lease_end(struct deadline *dl)
 {
-    struct hold *h = container_of(dl, struct hold, lease_dl);
-    struct dlockd *d = h->s->d;
-    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1], token[24];
+    struct hold *h = container_of(dl, struct hold_lease, dl)->h;
 
-    conn_event(h->s->conn, "LOST %s token=%s reason=lease", h->name, h->token);
-    log_debug("s%s: lease of '%s' ended", h->s->id, h->name);
-    memcpy(name, h->name, sizeof(name));
-    memcpy(hid, h->hid, sizeof(hid));
-    memcpy(token, h->token, sizeof(token));
-    hold_remove(d, h);
-    hold_release(d, name, hid, token, 1, 0, 0);
+    conn_event(h->s->conn, "LOST %s token=%s reason=lease", h->ln->name, h->token);
+    log_debug("s%s: lease of '%s' ended", h->s->id, h->ln->name);
+    drop(h->s->d, h, 0);
 }
 
 static struct lname *name_get(struct dlockd *d, const char *name)
@@ -102,11 +118,10 @@ static struct lname *name_get(struct dlockd *d, const char *name)
     struct lname *ln = dict_get(d->names, name);
 
     if (ln == NULL) {
-        if ((ln = calloc(1, sizeof(*ln))) == NULL)
+        if ((ln = malloc(sizeof(*ln))) == NULL)
             fatalx("hold: out of memory");
         TAILQ_INIT(&ln->holds);
-        snprintf(ln->name, sizeof(ln->name), "%s", name);
-        dict_set(d->names, name, ln);
+        ln->name = dict_set(d->names, name, ln);
     }
     return ln;
 }
@@ -116,25 +131,25 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
 {
     struct dlockd *d = s->d;
     struct hold *h = hold_find(d, name, hid);
+    size_t hlen = strlen(hid);
 
     if (h == NULL) {
-        if ((h = calloc(1, sizeof(*h))) == NULL)
+        if ((h = calloc(1, sizeof(*h) + hlen + 1)) == NULL)
             fatalx("hold: out of memory");
         h->s = s;
-        hold_key(h->key, sizeof(h->key), name, hid);
-        snprintf(h->name, sizeof(h->name), "%s", name);
-        snprintf(h->hid, sizeof(h->hid), "%s", hid);
-        h->since = now_ms();
-        deadline_init(&h->lease_dl, on_lease_end);
+        memcpy(h->hid, hid, hlen + 1);
         if (lease > 0) {
-            h->lease_end = h->since + (uint64_t)lease;
-            deadline_arm(d->deadlines, &h->lease_dl, h->lease_end);
+            if ((h->lease = malloc(sizeof(*h->lease))) == NULL)
+                fatalx("hold: out of memory");
+            h->lease->h = h;
+            deadline_init(&h->lease->dl, on_lease_end);
+            deadline_arm(d->deadlines, &h->lease->dl, now_ms() + (uint64_t)lease);
         }
         h->ln = name_get(d, name);
-        dict_set(d->holds, h->key, h);
         TAILQ_INSERT_TAIL(&s->holds, h, in_session);
         TAILQ_INSERT_TAIL(&h->ln->holds, h, in_name);
         s->nholds++;
+        d->nholds++;
     }
     snprintf(h->token, sizeof(h->token), "%s", token);
     h->count = count;
@@ -152,15 +167,15 @@ void hold_count(struct dlockd *d, const char *name, const char *hid, long long c
         hold_remove(d, h);
 }
 
-void hold_lost(struct dlockd *d, const char *key, const char *reason)
+void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *token, const char *reason)
 {
-    struct hold *h = dict_get(d->holds, key);
+    struct hold *h = hold_find(d, name, hid);
 
-    if (h == NULL)
+    if (h == NULL || strcmp(h->token, token) != 0)
         return;
     d->stats.lost++;
-    log_info("s%s: lost '%s' token=%s (%s)", h->s->id, h->name, h->token, reason);
-    conn_event(h->s->conn, "LOST %s token=%s reason=%s", h->name, h->token, reason);
+    log_info("s%s: lost '%s' token=%s (%s)", h->s->id, name, h->token, reason);
+    conn_event(h->s->conn, "LOST %s token=%s reason=%s", name, h->token, reason);
     hold_remove(d, h);
 }
 
@@ -186,17 +201,11 @@ void hold_release(struct dlockd *d, const char *name, const char *hid, const cha
 
 void hold_release_session(struct session *s, int expired)
 {
-    struct dlockd *d = s->d;
     struct hold *h;
 
     while ((h = TAILQ_FIRST(&s->holds)) != NULL) {
-        char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1], token[24];
         if (expired)
-            conn_event(s->conn, "LOST %s token=%s reason=expired", h->name, h->token);
-        memcpy(name, h->name, sizeof(name));
-        memcpy(hid, h->hid, sizeof(hid));
-        memcpy(token, h->token, sizeof(token));
-        hold_remove(d, h);
-        hold_release(d, name, hid, token, 1, 0, expired ? d->cfg.lock_delay : 0);
+            conn_event(s->conn, "LOST %s token=%s reason=expired", h->ln->name, h->token);
+        drop(s->d, h, expired ? s->d->cfg.lock_delay : 0);
     }
 }

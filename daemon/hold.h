@@ -2,6 +2,7 @@
 #ifndef DLOCKD_HOLD_H
 #define DLOCKD_HOLD_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
@@ -13,30 +14,32 @@ struct dlockd;
 struct session;
 
 #define HID_MAX (1 + 16 + 1 + PROTO_STR_MAX) /* mode, session, ':', owner */
-#define HOLD_KEY_MAX (PROTO_NAME_MAX + HID_MAX + 8)
 #define KEY_MAX (PROTO_NAME_MAX + 64)
+#define TOKEN_MAX 20 /* a token with its NUL: Redis integers have at most 19 digits */
 #define NAME_KEYS 7 /* Redis keys of one name, see scripts/common.lua */
+
+/* The lease= of a hold: it is released when the deadline fires. */
+struct hold_lease {
+    struct deadline dl;
+    struct hold *h;
+};
 
 /* A hold of a session and owner on a name in one mode (x, s, or p for permits). */
 struct hold {
     struct session *s;
-    struct lname *ln;         /* the holds of this name on this daemon */
-    char key[HOLD_KEY_MAX];   /* name "\n" hid: key in d->holds */
-    char name[PROTO_NAME_MAX + 1];
-    char hid[HID_MAX + 1];    /* mode, session id, ':', owner */
-    char token[24];
-    long long count;          /* reentry count, or permits */
-    uint64_t since;           /* monotonic ms */
-    uint64_t lease_end;       /* monotonic ms; 0 without lease= */
-    struct deadline lease_dl; /* fires at lease_end */
+    struct lname *ln;          /* the holds of this name here; ln->name is the hold's name */
+    struct hold_lease *lease;  /* NULL without lease= */
+    long long count;           /* reentry count, or permits */
     TAILQ_ENTRY(hold) in_session;
     TAILQ_ENTRY(hold) in_name;
+    char token[TOKEN_MAX];
+    char hid[];                /* mode, session id, ':', owner */
 };
 
-/* The holds of one name on this daemon (for the wait-for graph). */
+/* The holds of one name on this daemon, found by name in d->names. */
 struct lname {
     TAILQ_HEAD(, hold) holds;
-    char name[PROTO_NAME_MAX + 1];
+    const char *name;          /* d->names' copy of the key */
 };
 
 /*
@@ -45,8 +48,8 @@ struct lname {
  */
 int hold_script(struct dlockd *d, enum script_id id, int nnames, const char *const *names, int nargs,
                 const char **args, redis_cb *cb, redis_cb *late, void *arg);
-/* Fills keys with the NAME_KEYS keys of name. */
-void hold_keys(struct dlockd *d, const char *name, char keys[NAME_KEYS][KEY_MAX]);
+/* Formats the Redis key of name with suffix (a letter of "hxqwtml") into buf. */
+void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix);
 
 /* Records a grant: a new hold, or a new count of one. */
 void hold_set(struct session *s, const char *name, const char *hid, const char *token, long long count,
@@ -56,8 +59,9 @@ struct hold *hold_find(struct dlockd *d, const char *name, const char *hid);
 void hold_remove(struct dlockd *d, struct hold *h);
 /* Sets a hold's count from Redis's answer; 0 forgets it. */
 void hold_count(struct dlockd *d, const char *name, const char *hid, long long count);
-/* The renewal found the hold gone from Redis: tells its session * LOST. */
-void hold_lost(struct dlockd *d, const char *key, const char *reason);
+/* The renewal found a hold gone from Redis: unless it has been granted
+ * again since (another token), tells its session * LOST and forgets it. */
+void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *token, const char *reason);
 /* The holds on name here, or NULL. */
 struct lname *hold_name(struct dlockd *d, const char *name);
 

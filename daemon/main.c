@@ -126,7 +126,6 @@ static void dlockd_free(struct dlockd *d)
     if (d->renew_timer)
         event_free(d->renew_timer);
     dict_free(d->sessions);
-    dict_free(d->holds);
     dict_free(d->waits);
     dict_free(d->names);
     dict_free(d->latches);
@@ -183,7 +182,6 @@ int main(int argc, char **argv)
     d.started = now_ms();
     d.deadlines = deadlines_new(d.base);
     d.sessions = dict_new();
-    d.holds = dict_new();
     d.waits = dict_new();
     d.names = dict_new();
     d.latches = dict_new();

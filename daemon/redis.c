@@ -46,10 +46,8 @@ struct redis_call {
     int retried;              /* resent with EVAL after NOSCRIPT */
     uint64_t sent;            /* monotonic us */
     struct deadline timeout;
-    int argc;
-    const char **argv;        /* EVALSHA sha nkeys argv... */
-    size_t *lens;
-    char *own[];              /* copies of the caller's strings */
+    int argc;                 /* of the command */
+    sds cmd;                  /* EVALSHA sha nkeys argv..., as sent */
 };
 
 static void link_down(struct redis *rd, const char *why);
@@ -117,10 +115,7 @@ long long redis_elem_int(const redisReply *r, size_t i)
 static void call_free(struct redis_call *call)
 {
     deadline_cancel(call->rd->d->deadlines, &call->timeout);
-    for (int i = 0; i < call->argc; i++)
-        free(call->own[i]);
-    free(call->argv);
-    free(call->lens);
+    redisFreeSdsCommand(call->cmd);
     free(call);
 }
 
@@ -154,6 +149,23 @@ static void call_timeout(struct deadline *dl)
 
 static int call_send(struct redis_call *call);
 
+/* After NOSCRIPT: the same call with EVAL and the body instead of EVALSHA and the sha. */
+static int resend_with_eval(struct redis_call *call)
+{
+    const char *body = scripts[call->id].body, *args = call->cmd;
+    sds cmd;
+
+    for (int i = 0; i < 5; i++) /* past the lines "*N", "$7", "EVALSHA", "$40" and the sha */
+        args = strstr(args, "\r\n") + 2;
+    cmd = sdscatfmt(sdsempty(), "*%i\r\n$4\r\nEVAL\r\n$%U\r\n%s\r\n%s", call->argc,
+                    (unsigned long long)strlen(body), body, args);
+    if (cmd == NULL)
+        fatalx("redis: out of memory");
+    redisFreeSdsCommand(call->cmd);
+    call->cmd = cmd;
+    return call_send(call);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_call *call = privdata;
@@ -162,11 +174,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     (void)ac;
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->retried) {
         call->retried = 1;
-        call->argv[0] = "EVAL";
-        call->argv[1] = scripts[call->id].body;
-        call->lens[0] = 4;
-        call->lens[1] = strlen(scripts[call->id].body);
-        if (call_send(call) == 0)
+        if (resend_with_eval(call) == 0)
             return;
         r = NULL;
     }
@@ -192,22 +200,20 @@ static int call_send(struct redis_call *call)
 {
     if (call->rd->ac == NULL)
         return -1;
-    return redisAsyncCommandArgv(call->rd->ac, on_reply, call, call->argc, call->argv, call->lens) == REDIS_OK
-        ? 0 : -1;
+    return redisAsyncFormattedCommand(call->rd->ac, on_reply, call, call->cmd, sdslen(call->cmd)) == REDIS_OK ? 0 : -1;
 }
 
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg)
 {
     struct redis_call *call;
+    const char **all;
     char nk[16];
     int n = argc + 3;
 
     if (!redis_up(rd))
         return -1;
-    call = calloc(1, sizeof(*call) + (size_t)n * sizeof(char *));
-    if (call == NULL || (call->argv = calloc((size_t)n, sizeof(char *))) == NULL ||
-        (call->lens = calloc((size_t)n, sizeof(size_t))) == NULL)
+    if ((call = calloc(1, sizeof(*call))) == NULL || (all = malloc((size_t)n * sizeof(*all))) == NULL)
         fatalx("redis: out of memory");
     call->rd = rd;
     call->id = id;
@@ -216,18 +222,15 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     call->arg = arg;
     deadline_init(&call->timeout, call_timeout);
     snprintf(nk, sizeof(nk), "%d", nkeys);
-    call->own[0] = strdup(scripts[id].sha[0] ? "EVALSHA" : "EVAL");
-    call->own[1] = strdup(scripts[id].sha[0] ? scripts[id].sha : scripts[id].body);
-    call->own[2] = strdup(nk);
-    for (int i = 0; i < argc; i++)
-        call->own[i + 3] = strdup(argv[i]);
+    all[0] = scripts[id].sha[0] ? "EVALSHA" : "EVAL";
+    all[1] = scripts[id].sha[0] ? scripts[id].sha : scripts[id].body;
+    all[2] = nk;
+    memcpy(all + 3, argv, (size_t)argc * sizeof(*argv));
     call->argc = n;
-    for (int i = 0; i < n; i++) {
-        if (call->own[i] == NULL)
-            fatalx("redis: out of memory");
-        call->argv[i] = call->own[i];
-        call->lens[i] = strlen(call->own[i]);
-    }
+    /* The one copy of the arguments: hiredis sends it, and a NOSCRIPT resends it. */
+    if (redisFormatSdsCommandArgv(&call->cmd, n, all, NULL) < 0)
+        fatalx("redis: out of memory");
+    free(all);
     call->sent = now_us();
     if (call_send(call)) {
         call_free(call);

@@ -1,6 +1,7 @@
 /* renew.c - every lock-lease/3 one task extends the Redis lease of every hold
  * and queue entry of this daemon, many per script call; what it finds gone is
  * reported lost (holds) or checked again (waits). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,28 +19,35 @@
 
 #define RENEW_BATCH 200 /* leases per script call */
 
+/* One lease to extend: offsets in its batch's text of the script's
+ * arguments, and of what identifies the hold if Redis lost it. */
 struct item {
-    char ref[PROTO_NAME_MAX + HID_MAX + 2]; /* hold key, or wid */
-    char token[24];                          /* of a hold; "" for a wait */
+    size_t key, member, lease; /* the x key of the name, hid or "@" wid, ms */
+    size_t name, token;        /* of a hold; token "" for a wait */
 };
 
 struct batch {
-    struct dlockd *d;
     int n;
-    char keys[RENEW_BATCH][KEY_MAX];
-    char members[RENEW_BATCH][HID_MAX + 2];
-    char leases[RENEW_BATCH][24];
     struct item items[RENEW_BATCH];
+    char *text; /* the items' strings, each NUL-terminated */
+    size_t len, cap;
 };
 
 struct cycle {
     struct dlockd *d;
     struct batch *b; /* being filled */
+    char lease[24];  /* lock-lease, in ms */
     int sent;        /* calls sent */
     int failed;      /* a call could not be sent */
 };
 
 static int inflight; /* renew calls not yet answered */
+
+static void batch_free(struct batch *b)
+{
+    free(b->text);
+    free(b);
+}
 
 static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
 {
@@ -48,85 +56,114 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     inflight--;
     if (rep) {
         d->stats.renewed += (uint64_t)b->n;
+        /* The reply lists the leases Redis no longer had: index (from 1), then a field we do not need. */
         for (size_t i = 0; i + 1 < rep->elements; i += 2) {
             long long k = redis_elem_int(rep, i) - 1;
-            struct item *it = &b->items[k];
-            struct hold *h;
+            struct item *it;
             if (k < 0 || k >= b->n)
                 continue;
-            if (it->token[0] == '\0')
-                wait_lapsed(d, it->ref);
-            else if ((h = dict_get(d->holds, it->ref)) != NULL && strcmp(h->token, it->token) == 0)
-                hold_lost(d, it->ref, "backend");
+            it = &b->items[k];
+            if (b->text[it->token] == '\0')
+                wait_lapsed(d, b->text + it->member + 1);
+            else
+                hold_lost(d, b->text + it->name, b->text + it->member, b->text + it->token, "backend");
         }
         if (inflight == 0)
             redis_renewed(d->redis);
     }
-    free(b);
+    batch_free(b);
 }
 
 static void flush(struct cycle *cy)
 {
     struct batch *b = cy->b;
-    const char *argv[RENEW_BATCH * 4];
-    char one[] = "1";
+    const char **argv;
     int argc = 0;
 
     if (b == NULL || b->n == 0)
         return;
     cy->b = NULL;
+    if ((argv = malloc((size_t)b->n * 4 * sizeof(*argv))) == NULL)
+        fatalx("renew: out of memory");
     for (int i = 0; i < b->n; i++)
-        argv[argc++] = b->keys[i];
+        argv[argc++] = b->text + b->items[i].key;
     for (int i = 0; i < b->n; i++) {
-        argv[argc++] = one;
-        argv[argc++] = b->members[i];
-        argv[argc++] = b->leases[i];
+        argv[argc++] = "1";
+        argv[argc++] = b->text + b->items[i].member;
+        argv[argc++] = b->text + b->items[i].lease;
     }
     cy->d->stats.renewals++;
     if (redis_script(cy->d->redis, SCRIPT_RENEW, b->n, argc, argv, on_renewed, NULL, b)) {
         cy->failed = 1;
-        free(b);
-        return;
+        batch_free(b);
+    } else {
+        inflight++;
+        cy->sent++;
     }
-    inflight++;
-    cy->sent++;
+    free(argv);
 }
 
-static void add(struct cycle *cy, const char *name, const char *member, int64_t lease, const char *ref,
+/* Appends the concatenation of the strings up to NULL to b's text; returns its offset. */
+static size_t put(struct batch *b, ...)
+{
+    size_t at = b->len;
+    const char *str;
+    va_list ap;
+
+    va_start(ap, b);
+    while ((str = va_arg(ap, const char *)) != NULL) {
+        size_t len = strlen(str);
+        if (b->len + len + 1 > b->cap) {
+            b->cap = (b->len + len + 1) * 2;
+            if ((b->text = realloc(b->text, b->cap)) == NULL)
+                fatalx("renew: out of memory");
+        }
+        memcpy(b->text + b->len, str, len);
+        b->len += len;
+    }
+    va_end(ap);
+    b->text[b->len++] = '\0';
+    return at;
+}
+
+static void add(struct cycle *cy, const char *name, const char *pre, const char *member, const char *lease,
                 const char *token)
 {
-    char keys[NAME_KEYS][KEY_MAX];
     struct batch *b;
-    int i;
+    struct item *it;
 
     if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
         fatalx("renew: out of memory");
     b = cy->b;
-    i = b->n++;
-    hold_keys(cy->d, name, keys);
-    memcpy(b->keys[i], keys[1], KEY_MAX);
-    snprintf(b->members[i], sizeof(b->members[i]), "%s", member);
-    snprintf(b->leases[i], sizeof(b->leases[i]), "%lld", (long long)lease);
-    snprintf(b->items[i].ref, sizeof(b->items[i].ref), "%s", ref);
-    snprintf(b->items[i].token, sizeof(b->items[i].token), "%s", token);
+    it = &b->items[b->n++];
+    it->key = put(b, cy->d->cfg.key_prefix, "{", name, "}:x", (char *)NULL);
+    it->member = put(b, pre, member, (char *)NULL);
+    it->lease = put(b, lease, (char *)NULL);
+    it->name = put(b, name, (char *)NULL);
+    it->token = put(b, token, (char *)NULL);
     if (b->n == RENEW_BATCH)
         flush(cy);
 }
 
-static int add_hold(const char *key, void *val, void *arg)
+static int add_name(const char *name, void *val, void *arg)
 {
     struct cycle *cy = arg;
-    struct hold *h = val;
-    int64_t lease = cy->d->cfg.lock_lease;
+    struct lname *ln = val;
+    struct hold *h;
+    uint64_t now = now_ms();
 
-    if (h->lease_end) {
-        uint64_t now = now_ms();
-        if (h->lease_end <= now)
-            return 0;
-        if ((int64_t)(h->lease_end - now) < lease)
-            lease = (int64_t)(h->lease_end - now);
+    TAILQ_FOREACH(h, &ln->holds, in_name) {
+        char lease[24];
+        /* A hold with lease= is extended to its end, not beyond. */
+        if (h->lease && (int64_t)(h->lease->dl.when - now) < cy->d->cfg.lock_lease) {
+            if (h->lease->dl.when <= now)
+                continue;
+            snprintf(lease, sizeof(lease), "%lld", (long long)(h->lease->dl.when - now));
+            add(cy, name, "", h->hid, lease, h->token);
+        } else {
+            add(cy, name, "", h->hid, cy->lease, h->token);
+        }
     }
-    add(cy, h->name, h->hid, lease, key, h->token);
     return 0;
 }
 
@@ -134,23 +171,23 @@ static int add_wait(const char *key, void *val, void *arg)
 {
     struct cycle *cy = arg;
     struct wait *w = val;
-    char member[HID_MAX + 2];
 
+    (void)key;
     if (!w->queued || w->cancelling)
         return 0;
-    snprintf(member, sizeof(member), "@%s", w->wid);
     for (int i = 0; i < w->nnames; i++)
-        add(cy, w->names[i], member, cy->d->cfg.lock_lease, key, "");
+        add(cy, w->names[i], "@", w->wid, cy->lease, "");
     return 0;
 }
 
 void renew_now(struct dlockd *d)
 {
-    struct cycle cy = { d, NULL, 0, 0 };
+    struct cycle cy = { d, NULL, "", 0, 0 };
 
     if (!redis_up(d->redis) || inflight > 0)
         return;
-    dict_each(d->holds, add_hold, &cy);
+    snprintf(cy.lease, sizeof(cy.lease), "%lld", (long long)d->cfg.lock_lease);
+    dict_each(d->names, add_name, &cy);
     dict_each(d->waits, add_wait, &cy);
     flush(&cy);
     if (cy.sent == 0 && !cy.failed)

@@ -52,7 +52,7 @@ char *stats_info_json(struct dlockd *d)
     doc = json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                     "version", PACKAGE_VERSION, "id", d->id, "uptime_ms", (json_int_t)(now_ms() - d->started),
                     "connections", d->nconns, "sessions", (json_int_t)dict_size(d->sessions), "holds",
-                    (json_int_t)dict_size(d->holds), "waiters", (json_int_t)dict_size(d->waits), "backend",
+                    (json_int_t)d->nholds, "waiters", (json_int_t)dict_size(d->waits), "backend",
                     redis_up(d->redis) ? "up" : "down", "jeopardy", redis_jeopardy(d->redis), "requests", requests,
                     "grants", (json_int_t)d->stats.grants, "busy", (json_int_t)d->stats.busy, "timeouts",
                     (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",
@@ -101,7 +101,7 @@ void stats_metrics(struct dlockd *d, struct evbuffer *out)
     metric(out, "dlockd_lost_holds_total", "counter", "Holds lost while their session lived.", st->lost);
     metric(out, "dlockd_connections", "gauge", "Open client connections.", (uint64_t)d->nconns);
     metric(out, "dlockd_sessions", "gauge", "Live sessions.", dict_size(d->sessions));
-    metric(out, "dlockd_holds", "gauge", "Holds of this daemon's sessions.", dict_size(d->holds));
+    metric(out, "dlockd_holds", "gauge", "Holds of this daemon's sessions.", d->nholds);
     metric(out, "dlockd_waiters", "gauge", "Requests waiting or in flight.", dict_size(d->waits));
     metric(out, "dlockd_backend_up", "gauge", "1 when the Redis link is up.", (uint64_t)redis_up(d->redis));
     metric(out, "dlockd_backend_jeopardy", "gauge", "1 while holds cannot be renewed.",
