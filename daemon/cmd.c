@@ -110,7 +110,7 @@ static void cmd_hello(struct req *r)
     if (r->pr.has & PROTO_O_TTL)
         session_set_ttl(s, r->pr.ttl_ms);
     if (r->pr.has & PROTO_O_NAME)
-        snprintf(s->name, sizeof(s->name), "%s", r->pr.client_name);
+        session_set_name(s, r->pr.client_name);
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);

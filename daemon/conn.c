@@ -44,9 +44,21 @@ static void reap_soon(struct conn *c, const char *reason)
 static void write_line(struct conn *c, const char *line, int len)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
+    evutil_socket_t fd = bufferevent_getfd(c->bev);
 
     if (c->closing || len < 0)
         return;
+    /* A reply usually fits the socket buffer: sent at once, it needs no write event.
+     * What does not fit, or fails, goes through the bufferevent, which reports errors. */
+    if (fd >= 0 && evbuffer_get_length(out) == 0) {
+        ssize_t n = send(fd, line, (size_t)len, MSG_NOSIGNAL);
+        if (n > 0) {
+            line += n;
+            len -= (int)n;
+        }
+        if (len == 0)
+            return;
+    }
     bufferevent_write(c->bev, line, (size_t)len);
     if ((int64_t)evbuffer_get_length(out) > c->d->cfg.client_output_limit) {
         /* It does not read its replies: cut it off, on the next turn of the loop. */
@@ -190,6 +202,30 @@ void conn_broadcast(struct dlockd *d, const char *text)
             conn_event(c, "%s", text);
 }
 
+/* A line is tagged when its first token starts with '#'. */
+static int is_tagged(const char *line)
+{
+    line += strspn(line, " \t");
+    return *line == '#';
+}
+
+static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_t arrived)
+{
+    struct req *r = calloc(1, sizeof(*r) + len + 1);
+
+    if (r == NULL)
+        fatalx("conn: out of memory");
+    r->d = c->d;
+    r->c = c;
+    r->arrived = arrived;
+    memcpy(r->line, line, len);
+    r->line[len] = '\0';
+    r->untagged = !is_tagged(r->line);
+    if (c->session)
+        memcpy(r->sid, c->session->id, sizeof(r->sid));
+    return r;
+}
+
 static void run(struct conn *c, struct req *r)
 {
     TAILQ_INSERT_TAIL(&c->running, r, link);
@@ -209,18 +245,19 @@ static void run(struct conn *c, struct req *r)
 static void on_advance(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
-    struct req *r;
+    struct queued *q;
     int n = 0;
 
     (void)fd;
     (void)what;
-    while (!c->closing && !c->quitting && !c->untagged_busy && (r = TAILQ_FIRST(&c->queued)) != NULL) {
+    while (!c->closing && !c->quitting && !c->untagged_busy && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
             return;
         }
-        TAILQ_REMOVE(&c->queued, r, link);
-        run(c, r);
+        TAILQ_REMOVE(&c->queued, q, link);
+        run(c, req_new(c, q->line, strlen(q->line), q->arrived));
+        free(q);
     }
     if (c->closing)
         return;
@@ -235,34 +272,24 @@ static void advance_soon(struct conn *c)
     event_active(c->advance, EV_TIMEOUT, 0);
 }
 
-/* A line is tagged when its first token starts with '#'. */
-static int is_tagged(const char *line)
-{
-    line += strspn(line, " \t");
-    return *line == '#';
-}
-
 static void take_line(struct conn *c, const char *line, size_t len)
 {
-    struct req *r = calloc(1, sizeof(*r) + len + 1);
+    uint64_t now = now_ms();
+    struct queued *q;
 
-    if (r == NULL)
-        fatalx("conn: out of memory");
-    r->d = c->d;
-    r->c = c;
-    r->arrived = now_ms();
-    memcpy(r->line, line, len);
-    r->line[len] = '\0';
-    r->untagged = !is_tagged(r->line);
-    if (c->session) {
+    if (c->session)
         session_touch(c->session);
-        memcpy(r->sid, c->session->id, sizeof(r->sid));
-    }
-    if (r->untagged && (c->untagged_busy || !TAILQ_EMPTY(&c->queued))) {
-        TAILQ_INSERT_TAIL(&c->queued, r, link);
+    if (is_tagged(line) || (!c->untagged_busy && TAILQ_EMPTY(&c->queued))) {
+        run(c, req_new(c, line, len, now));
         return;
     }
-    run(c, r);
+    /* Its turn may be far: until then it is kept as a line, not as a request. */
+    if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
+        fatalx("conn: out of memory");
+    q->arrived = now;
+    memcpy(q->line, line, len);
+    q->line[len] = '\0';
+    TAILQ_INSERT_TAIL(&c->queued, q, link);
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
@@ -349,6 +376,7 @@ static void conn_free(struct conn *c, const char *reason)
 {
     struct dlockd *d = c->d;
     struct req *r, *next;
+    struct queued *q;
 
     if (reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
@@ -358,9 +386,9 @@ static void conn_free(struct conn *c, const char *reason)
         if (r->gone)
             r->gone(r);
     }
-    while ((r = TAILQ_FIRST(&c->queued)) != NULL) {
-        TAILQ_REMOVE(&c->queued, r, link);
-        free(r);
+    while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
+        TAILQ_REMOVE(&c->queued, q, link);
+        free(q);
     }
     if (c->quit) {
         /* It asked to QUIT: gone or not, its session ends; nothing else frees a QUIT. */
@@ -411,11 +439,11 @@ struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *pee
 {
     struct conn *c;
 
-    if ((c = calloc(1, sizeof(*c))) == NULL)
+    if ((c = calloc(1, sizeof(*c) + strlen(peer) + 1)) == NULL)
         fatalx("conn: out of memory");
     c->d = d;
     c->id = next_conn_id++;
-    snprintf(c->peer, sizeof(c->peer), "%s", peer);
+    memcpy(c->peer, peer, strlen(peer) + 1);
     c->authed = d->cfg.requirepass == NULL;
     deadline_init(&c->auth_dl, on_auth_timeout);
     if (!c->authed)

@@ -26,18 +26,24 @@ struct req {
     void *ctx;                        /* the verb's state, for gone */
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
-    TAILQ_ENTRY(req) link;            /* in the connection's queued or running list */
+    TAILQ_ENTRY(req) link;            /* in the connection's running list */
     TAILQ_ENTRY(req) idlink;          /* in an id record's repeats */
     char line[];
 };
 
 TAILQ_HEAD(req_list, req);
 
+/* An untagged request that waits for the one before it: only its line. */
+struct queued {
+    TAILQ_ENTRY(queued) link;
+    uint64_t arrived;                 /* monotonic ms */
+    char line[];
+};
+
 struct conn {
     struct dlockd *d;
     struct bufferevent *bev;
     struct session *session;  /* attached session, or NULL */
-    char peer[64];            /* address, the default session name */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
     int untagged_busy;        /* an untagged request is being served */
@@ -49,9 +55,10 @@ struct conn {
     struct event *reaper;     /* frees it on a later loop turn, once closing */
     struct event *advance;    /* decides what comes next, never nested in a request */
     const char *close_reason; /* for the log, when the reaper frees it */
-    struct req_list queued;   /* untagged requests waiting their turn */
+    TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
+    char peer[];              /* address, the default session name */
 };
 
 /* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */

@@ -149,3 +149,16 @@ int dict_each(struct dict *d, int (*fn)(const char *key, void *val, void *arg), 
     }
     return 0;
 }
+
+size_t dict_scan(struct dict *d, size_t cursor, int (*fn)(const char *key, void *val, void *arg), void *arg)
+{
+    struct entry *e, *next;
+
+    if (cursor >= d->nslots)
+        return 0;
+    for (e = d->slots[cursor]; e != NULL; e = next) {
+        next = e->next;
+        fn(e->key, e->val, arg);
+    }
+    return cursor + 1 < d->nslots ? cursor + 1 : 0;
+}

@@ -24,5 +24,13 @@ size_t dict_size(const struct dict *d);
  * other. Returns the first non-zero result of fn, which stops the walk.
  */
 int dict_each(struct dict *d, int (*fn)(const char *key, void *val, void *arg), void *arg);
+/*
+ * A walk in steps: calls fn (whose result is ignored) for the entries of the
+ * slot at cursor, and returns the cursor of the next step, 0 when the walk
+ * is over; the first step takes cursor 0. Between steps the table may
+ * change: an entry there all along is seen at least once (twice if the
+ * table grew meanwhile).
+ */
+size_t dict_scan(struct dict *d, size_t cursor, int (*fn)(const char *key, void *val, void *arg), void *arg);
 
 #endif

@@ -18,6 +18,7 @@
 #include "session.h"
 
 #define RENEW_BATCH 200 /* leases per script call */
+#define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
 
 /* One lease to extend: offsets in its batch's text of the script's
  * arguments, and of what identifies the hold if Redis lost it. */
@@ -33,15 +34,22 @@ struct batch {
     size_t len, cap;
 };
 
+/* A renewal cycle walks d->names, then d->waits, a few slots at a time. */
 struct cycle {
     struct dlockd *d;
-    struct batch *b; /* being filled */
-    char lease[24];  /* lock-lease, in ms */
-    int sent;        /* calls sent */
-    int failed;      /* a call could not be sent */
+    int running;
+    struct dict *table; /* being walked; NULL when the walk is over */
+    size_t cursor;      /* the next slot of table */
+    struct batch *b;    /* being filled */
+    char lease[24];     /* lock-lease, in ms */
+    int inflight;       /* calls not yet answered */
+    int sent;           /* calls sent */
+    int failed;         /* a call could not be sent */
 };
 
-static int inflight; /* renew calls not yet answered */
+static struct cycle cycle;
+
+static void fill(struct cycle *cy);
 
 static void batch_free(struct batch *b)
 {
@@ -52,8 +60,9 @@ static void batch_free(struct batch *b)
 static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct batch *b = arg;
+    struct cycle *cy = &cycle;
 
-    inflight--;
+    cy->inflight--;
     if (rep) {
         d->stats.renewed += (uint64_t)b->n;
         /* The reply lists the leases Redis no longer had: index (from 1), then a field we do not need. */
@@ -68,10 +77,11 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
             else
                 hold_lost(d, b->text + it->name, b->text + it->member, b->text + it->token, "backend");
         }
-        if (inflight == 0)
-            redis_renewed(d->redis);
     }
     batch_free(b);
+    fill(cy);
+    if (rep && !cy->running)
+        redis_renewed(d->redis);
 }
 
 static void flush(struct cycle *cy)
@@ -95,9 +105,10 @@ static void flush(struct cycle *cy)
     cy->d->stats.renewals++;
     if (redis_script(cy->d->redis, SCRIPT_RENEW, b->n, argc, argv, on_renewed, NULL, b)) {
         cy->failed = 1;
+        cy->table = NULL; /* the link is down: the next cycle renews them */
         batch_free(b);
     } else {
-        inflight++;
+        cy->inflight++;
         cy->sent++;
     }
     free(argv);
@@ -180,19 +191,35 @@ static int add_wait(const char *key, void *val, void *arg)
     return 0;
 }
 
+/* Walks on while fewer than RENEW_WINDOW calls are in flight; the cycle ends when all are answered. */
+static void fill(struct cycle *cy)
+{
+    struct dlockd *d = cy->d;
+
+    while (cy->table && cy->inflight < RENEW_WINDOW) {
+        cy->cursor = dict_scan(cy->table, cy->cursor, cy->table == d->names ? add_name : add_wait, cy);
+        if (cy->cursor == 0)
+            cy->table = cy->table == d->names ? d->waits : NULL;
+    }
+    if (cy->table == NULL)
+        flush(cy);
+    if (cy->table == NULL && cy->inflight == 0 && cy->running) {
+        cy->running = 0;
+        log_debug("renew: %d calls", cy->sent);
+    }
+}
+
 void renew_now(struct dlockd *d)
 {
-    struct cycle cy = { d, NULL, "", 0, 0 };
+    struct cycle *cy = &cycle;
 
-    if (!redis_up(d->redis) || inflight > 0)
+    if (!redis_up(d->redis) || cy->running)
         return;
-    snprintf(cy.lease, sizeof(cy.lease), "%lld", (long long)d->cfg.lock_lease);
-    dict_each(d->names, add_name, &cy);
-    dict_each(d->waits, add_wait, &cy);
-    flush(&cy);
-    if (cy.sent == 0 && !cy.failed)
+    *cy = (struct cycle){ .d = d, .running = 1, .table = d->names };
+    snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
+    fill(cy);
+    if (cy->sent == 0 && !cy->failed)
         redis_renewed(d->redis);
-    log_debug("renew: %d calls", cy.sent);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

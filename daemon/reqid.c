@@ -58,6 +58,8 @@ int reqid_begin(struct req *r, struct session *s)
     struct idrec *rec;
 
     expire(s);
+    if (s->ids == NULL)
+        s->ids = dict_new();
     if ((rec = dict_get(s->ids, r->pr.id)) != NULL) {
         if (rec->body) {
             req_send(r, rec->body);
@@ -123,5 +125,7 @@ void reqid_free_session(struct session *s)
 
     while ((rec = TAILQ_FIRST(&s->idlist)) != NULL)
         rec_free(rec);
-    dict_free(s->ids);
+    if (s->ids)
+        dict_free(s->ids);
+    s->ids = NULL;
 }

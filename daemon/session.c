@@ -44,17 +44,23 @@ struct session *session_new(struct dlockd *d, const char *name, int64_t ttl)
     do
         dlockd_random_id(s->id);
     while (dict_get(d->sessions, s->id));
-    snprintf(s->name, sizeof(s->name), "%s", name);
+    session_set_name(s, name);
     s->ttl = session_clamp_ttl(d, ttl);
     s->last_seen = now_ms();
     TAILQ_INIT(&s->holds);
     TAILQ_INIT(&s->waits);
     TAILQ_INIT(&s->idlist);
-    s->ids = dict_new();
     deadline_init(&s->expiry, on_expiry);
     deadline_arm(d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
     dict_set(d->sessions, s->id, s);
     return s;
+}
+
+void session_set_name(struct session *s, const char *name)
+{
+    free(s->name);
+    if ((s->name = strndup(name, PROTO_STR_MAX)) == NULL)
+        fatalx("session: out of memory");
 }
 
 struct session *session_find(struct dlockd *d, const char *id)
@@ -97,6 +103,7 @@ static int forget(const char *key, void *val, void *arg)
         hold_remove(s->d, h);
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
+    free(s->name);
     free(s);
     return 0;
 }
@@ -128,5 +135,6 @@ void session_end(struct session *s, enum session_end why)
             conn_close_soon(c, "session expired");
         }
     }
+    free(s->name);
     free(s);
 }

@@ -17,7 +17,7 @@ struct dict;
 struct session {
     struct dlockd *d;
     char id[DLOCKD_ID_LEN + 1];
-    char name[PROTO_STR_MAX + 1]; /* client name, shown to others */
+    char *name;                   /* client name, shown to others */
     int64_t ttl;                  /* ms */
     uint64_t last_seen;           /* monotonic ms of the last request */
     struct deadline expiry;
@@ -26,7 +26,7 @@ struct session {
     TAILQ_HEAD(, wait) waits;
     int nholds;
     int hello;                    /* opened or named by HELLO: its end is logged */
-    struct dict *ids;             /* id= -> struct idrec */
+    struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
     TAILQ_HEAD(, idrec) idlist;   /* oldest first */
     int nids;
 };
@@ -34,6 +34,7 @@ struct session {
 /* A new session with the given name and ttl (clamped), not attached. */
 struct session *session_new(struct dlockd *d, const char *name, int64_t ttl);
 struct session *session_find(struct dlockd *d, const char *id);
+void session_set_name(struct session *s, const char *name);
 /* Clamps ttl to session-ttl-min..session-ttl-max. */
 int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
 /* Records a request: the session lives another ttl from now. */

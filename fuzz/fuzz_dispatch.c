@@ -235,7 +235,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     D.started = now_ms();
     D.deadlines = deadlines_new(D.base);
     D.sessions = dict_new();
-    D.holds = dict_new();
     D.waits = dict_new();
     D.names = dict_new();
     D.latches = dict_new();
@@ -306,10 +305,9 @@ static void teardown(void)
         client_free(&clients[k]);
     if (D.nconns != 0 || !TAILQ_EMPTY(&D.conns))
         FAIL("%d connections left after close", D.nconns);
-    if (dict_size(D.sessions) || dict_size(D.waits) || dict_size(D.holds) || dict_size(D.names) ||
-        dict_size(D.latches))
-        FAIL("left behind: %zu sessions, %zu waits, %zu holds, %zu names, %zu latches", dict_size(D.sessions),
-             dict_size(D.waits), dict_size(D.holds), dict_size(D.names), dict_size(D.latches));
+    if (dict_size(D.sessions) || dict_size(D.waits) || D.nholds || dict_size(D.names) || dict_size(D.latches))
+        FAIL("left behind: %zu sessions, %zu waits, %llu holds, %zu names, %zu latches", dict_size(D.sessions),
+             dict_size(D.waits), (unsigned long long)D.nholds, dict_size(D.names), dict_size(D.latches));
     if (deadlines_count(D.deadlines) != 0)
         FAIL("%zu deadlines still armed after teardown (would fire on freed memory)",
              deadlines_count(D.deadlines));
