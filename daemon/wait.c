@@ -38,8 +38,6 @@ static void wait_free(struct wait *w)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
     deadline_cancel(d->deadlines, &w->retry);
-    for (int i = 0; i < w->nnames; i++)
-        free(w->names[i]);
     free(w);
 }
 
@@ -490,27 +488,45 @@ void wait_free_all(struct dlockd *d)
     dict_each(d->waits, free_one, NULL);
 }
 
+/* Copies str to *p and moves *p past its '\0'; returns the copy. */
+static char *put(char **p, const char *str)
+{
+    char *copy = *p;
+    size_t n = strlen(str) + 1;
+
+    memcpy(copy, str, n);
+    *p += n;
+    return copy;
+}
+
 struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode)
 {
     struct dlockd *d = r->d;
-    struct wait *w = calloc(1, sizeof(*w));
+    const struct proto_req *pr = &r->pr;
+    char hid[HID_MAX + 1], *p;
+    size_t size;
+    struct wait *w;
 
-    if (w == NULL)
+    snprintf(hid, sizeof(hid), "%c%s:%s", mode, s->id, pr->owner);
+    size = sizeof(*w) + (size_t)pr->nnames * sizeof(char *) + strlen(hid) + 1 + strlen(s->name) + 1;
+    for (int i = 0; i < pr->nnames; i++)
+        size += strlen(pr->names[i]) + 1;
+    if ((w = calloc(1, size)) == NULL)
         fatalx("wait: out of memory");
     w->d = d;
     w->kind = kind;
     w->req = r;
     w->s = s;
-    snprintf(w->hid, sizeof(w->hid), "%c%s:%s", mode, s->id, r->pr.owner);
-    snprintf(w->client, sizeof(w->client), "%s", s->name);
-    w->lease = r->pr.lease_ms;
-    w->wait_ms = r->pr.wait_ms;
-    w->k = kind == WAIT_SEM ? r->pr.permits : 1;
-    w->limit = r->pr.limit;
-    w->nnames = r->pr.nnames;
+    w->lease = pr->lease_ms;
+    w->wait_ms = pr->wait_ms;
+    w->k = kind == WAIT_SEM ? pr->permits : 1;
+    w->limit = pr->limit;
+    w->nnames = pr->nnames;
+    p = (char *)&w->names[w->nnames];
+    w->hid = put(&p, hid);
+    w->client = put(&p, s->name);
     for (int i = 0; i < w->nnames; i++)
-        if ((w->names[i] = strdup(r->pr.names[i])) == NULL)
-            fatalx("wait: out of memory");
+        w->names[i] = put(&p, pr->names[i]);
     deadline_init(&w->timeout, on_timeout);
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)

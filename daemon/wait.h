@@ -22,8 +22,8 @@ struct wait {
     char wid[64];             /* key in d->waits and member of the queues */
     struct req *req;          /* the request to answer; NULL once nobody waits */
     struct session *s;        /* NULL once abandoned */
-    char hid[HID_MAX + 1];    /* the hold it asks for */
-    char client[PROTO_STR_MAX + 1];
+    const char *hid;          /* the hold it asks for */
+    const char *client;       /* its session's name */
     int64_t lease;            /* lease= in ms, 0 for none */
     int64_t wait_ms;          /* wait=: 0 never queues; PROTO_WAIT_INF */
     long long k;              /* counts asked: 1, or permits */
@@ -38,7 +38,7 @@ struct wait {
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
     TAILQ_ENTRY(wait) in_session;
     int nnames;
-    char *names[PROTO_MAX_NAMES];
+    char *names[];            /* then the strings of hid, client and names */
 };
 
 /* A wait for r's names (hid mode: x, s or p), added to r's session. */
