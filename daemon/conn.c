@@ -1,5 +1,6 @@
 /* conn.c - a client connection: splits input into lines, runs untagged
  * requests one at a time and tagged ones at once, and writes replies and events. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +11,6 @@
 #include <sys/socket.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "cmd.h"
@@ -25,49 +25,96 @@ static uint64_t next_conn_id = 1;
 static void conn_free(struct conn *c, const char *reason);
 static void advance_soon(struct conn *c);
 
-static void on_reap(evutil_socket_t fd, short what, void *arg)
-{
-    struct conn *c = arg;
-
-    (void)fd;
-    (void)what;
-    conn_free(c, c->close_reason);
-}
-
 /* Frees c on a later turn of the loop: its callers may still be using it. */
 static void reap_soon(struct conn *c, const char *reason)
 {
     c->close_reason = reason;
-    event_active(c->reaper, EV_TIMEOUT, 0);
+    if (!c->reaping) {
+        c->reaping = 1;
+        TAILQ_INSERT_TAIL(&c->d->reaping, c, reap_link);
+    }
+    event_active(c->d->reap, EV_TIMEOUT, 0);
 }
 
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    struct dlockd *d = arg;
+    struct conn *c;
+
+    (void)fd;
+    (void)what;
+    while ((c = TAILQ_FIRST(&d->reaping)) != NULL)
+        conn_free(c, c->close_reason);
+}
+
+/* Stops reading c and drops the replies it has not taken. */
+static void cut(struct conn *c, const char *reason)
+{
+    c->closing = 1;
+    event_del(c->readable);
+    if (c->writable)
+        event_free(c->writable);
+    if (c->out)
+        evbuffer_free(c->out);
+    c->writable = NULL;
+    c->out = NULL;
+    reap_soon(c, reason);
+}
+
+static int retriable(int err)
+{
+    return err == EAGAIN || err == EWOULDBLOCK || err == EINTR;
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+
+    (void)what;
+    if (evbuffer_write(c->out, fd) < 0 && !retriable(errno)) {
+        conn_free(c, "socket error");
+        return;
+    }
+    if (evbuffer_get_length(c->out) > 0)
+        return;
+    event_free(c->writable);
+    evbuffer_free(c->out);
+    c->writable = NULL;
+    c->out = NULL;
+    if (c->closing)
+        reap_soon(c, c->close_reason);
+}
+
+/* A reply usually fits the socket buffer: sent at once, it needs no buffer
+ * and no write event. What does not fit waits in c->out until it does. */
 static void write_line(struct conn *c, const char *line, int len)
 {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
-    evutil_socket_t fd = bufferevent_getfd(c->bev);
-
     if (c->closing || len < 0)
         return;
-    /* A reply usually fits the socket buffer: sent at once, it needs no write event.
-     * What does not fit, or fails, goes through the bufferevent, which reports errors. */
-    if (fd >= 0 && evbuffer_get_length(out) == 0) {
-        ssize_t n = send(fd, line, (size_t)len, MSG_NOSIGNAL);
+    if (c->out == NULL) {
+        ssize_t n = send(c->fd, line, (size_t)len, MSG_NOSIGNAL);
+        if (n < 0 && !retriable(errno)) {
+            cut(c, "socket error");
+            return;
+        }
         if (n > 0) {
             line += n;
             len -= (int)n;
         }
         if (len == 0)
             return;
+        if ((c->out = evbuffer_new()) == NULL ||
+            (c->writable = event_new(c->d->base, c->fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL ||
+            event_add(c->writable, NULL) != 0)
+            fatalx("conn: out of memory");
     }
-    bufferevent_write(c->bev, line, (size_t)len);
-    if ((int64_t)evbuffer_get_length(out) > c->d->cfg.client_output_limit) {
+    if (evbuffer_add(c->out, line, (size_t)len) != 0)
+        fatalx("conn: out of memory");
+    if ((int64_t)evbuffer_get_length(c->out) > c->d->cfg.client_output_limit) {
         /* It does not read its replies: cut it off, on the next turn of the loop. */
         log_warnx("c%llu: %s: more than %lld bytes of replies unread, closing", (unsigned long long)c->id, c->peer,
                   (long long)c->d->cfg.client_output_limit);
-        c->closing = 1;
-        bufferevent_disable(c->bev, EV_READ | EV_WRITE);
-        evbuffer_drain(out, evbuffer_get_length(out));
-        reap_soon(c, "output limit");
+        cut(c, "output limit");
     }
 }
 
@@ -238,18 +285,15 @@ static void run(struct conn *c, struct req *r)
 
 /*
  * What comes next on c: the queued untagged requests, a QUIT once every
- * other request has ended, the close after EOF. It runs from c's own event,
- * so that ending one request never starts another inside it (no recursion,
- * and no request freed under a caller that walks the lists).
+ * other request has ended, the close after EOF. It runs from an event of its
+ * own, so that ending one request never starts another inside it (no
+ * recursion, and no request freed under a caller that walks the lists).
  */
-static void on_advance(evutil_socket_t fd, short what, void *arg)
+static void advance(struct conn *c)
 {
-    struct conn *c = arg;
     struct queued *q;
     int n = 0;
 
-    (void)fd;
-    (void)what;
     while (!c->closing && !c->quitting && !c->untagged_busy && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
@@ -267,9 +311,33 @@ static void on_advance(evutil_socket_t fd, short what, void *arg)
         conn_close_soon(c, "closed by client, all answered");
 }
 
+/* Advances the connections that were due when this turn of the loop began;
+ * those made due meanwhile wait for the next turn. No connection is freed
+ * in here (conn_free runs from socket events and on_reap only). */
+static void on_advance(evutil_socket_t fd, short what, void *arg)
+{
+    struct dlockd *d = arg;
+    struct conn_list due;
+    struct conn *c;
+
+    (void)fd;
+    (void)what;
+    TAILQ_INIT(&due);
+    TAILQ_CONCAT(&due, &d->advancing, advance_link);
+    while ((c = TAILQ_FIRST(&due)) != NULL) {
+        TAILQ_REMOVE(&due, c, advance_link);
+        c->advancing = 0;
+        advance(c);
+    }
+}
+
 static void advance_soon(struct conn *c)
 {
-    event_active(c->advance, EV_TIMEOUT, 0);
+    if (!c->advancing) {
+        c->advancing = 1;
+        TAILQ_INSERT_TAIL(&c->d->advancing, c, advance_link);
+    }
+    event_active(c->d->advance, EV_TIMEOUT, 0);
 }
 
 static void take_line(struct conn *c, const char *line, size_t len)
@@ -292,44 +360,65 @@ static void take_line(struct conn *c, const char *line, size_t len)
     TAILQ_INSERT_TAIL(&c->queued, q, link);
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Splits what arrived into lines, after the incomplete line c kept, if any. */
+static void feed(struct conn *c, const char *data, size_t len)
 {
-    struct conn *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
     size_t max = (size_t)c->d->cfg.max_line;
+    char *joined = NULL;
+    const char *p = data, *end = data + len;
 
     if (!c->authed && c->d->cfg.preauth_max_line < c->d->cfg.max_line)
         max = (size_t)c->d->cfg.preauth_max_line;
-    while (!c->closing) {
-        size_t eol_len, avail = evbuffer_get_length(in);
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        char buf[65536], *line;
+    if (c->part) {
+        if ((joined = realloc(c->part, c->partlen + len)) == NULL)
+            fatalx("conn: out of memory");
+        memcpy(joined + c->partlen, data, len);
+        p = joined;
+        end = joined + c->partlen + len;
+        c->part = NULL;
+        c->partlen = 0;
+    }
+    while (!c->closing && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
 
-        if (eol.pos < 0 ? avail >= max : (size_t)eol.pos + 1 > max) {
+        if (nl == NULL ? (size_t)(end - p) >= max : (size_t)(nl - p) + 1 > max) {
             char reply[128];
             write_line(c, reply, proto_fmt_err(reply, sizeof(reply), NULL, PROTO_ETOOBIG,
                                                "line longer than %zu bytes", max));
             conn_close_soon(c, "line too long");
-            return;
+            break;
         }
-        if (eol.pos < 0)
-            return;
-        line = (size_t)eol.pos + 1 <= sizeof(buf) ? buf : malloc((size_t)eol.pos + 1);
-        if (line == NULL)
-            fatalx("conn: out of memory");
-        evbuffer_remove(in, line, (size_t)eol.pos + 1);
-        take_line(c, line, (size_t)eol.pos);
-        if (line != buf)
-            free(line);
+        if (nl == NULL)
+            break;
+        take_line(c, p, (size_t)(nl - p));
+        p = nl + 1;
     }
+    if (!c->closing && p < end) {
+        c->partlen = (size_t)(end - p);
+        if ((c->part = malloc(c->partlen)) == NULL)
+            fatalx("conn: out of memory");
+        memcpy(c->part, p, c->partlen);
+    }
+    free(joined);
 }
 
-static void on_write(struct bufferevent *bev, void *arg)
+static void on_eof(struct conn *c);
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
+    char buf[16384];
+    ssize_t n;
 
-    if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-        reap_soon(c, c->close_reason);
+    (void)what;
+    if ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
+        feed(c, buf, (size_t)n);
+    else if (n == 0 && !c->eof && !c->closing)
+        on_eof(c);
+    else if (n == 0)
+        conn_free(c, "closed by client");
+    else if (!retriable(errno))
+        conn_free(c, "socket error");
 }
 
 /* The client closed its side. As Redis does, what it sent before is still
@@ -340,24 +429,16 @@ static void on_eof(struct conn *c)
     struct req *r, *next;
 
     c->eof = 1;
-    bufferevent_disable(c->bev, EV_READ);
+    event_del(c->readable);
+    free(c->part);
+    c->part = NULL;
+    c->partlen = 0;
     for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
         next = TAILQ_NEXT(r, link);
         if (r->gone)
             r->gone(r);
     }
     advance_soon(c);
-}
-
-static void on_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct conn *c = arg;
-
-    (void)bev;
-    if ((what & BEV_EVENT_EOF) && !c->eof && !c->closing)
-        on_eof(c);
-    else
-        conn_free(c, (what & BEV_EVENT_EOF) ? "closed by client" : "socket error");
 }
 
 void conn_close_soon(struct conn *c, const char *reason)
@@ -367,8 +448,8 @@ void conn_close_soon(struct conn *c, const char *reason)
     log_debug("c%llu: closing: %s", (unsigned long long)c->id, reason);
     c->closing = 1;
     c->close_reason = reason;
-    bufferevent_disable(c->bev, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+    event_del(c->readable);
+    if (c->out == NULL)
         reap_soon(c, reason);
 }
 
@@ -405,11 +486,19 @@ static void conn_free(struct conn *c, const char *reason)
     if (c->session)
         c->session->conn = NULL;
     deadline_cancel(d->deadlines, &c->auth_dl);
-    event_free(c->reaper);
-    event_free(c->advance);
+    if (c->advancing)
+        TAILQ_REMOVE(&d->advancing, c, advance_link);
+    if (c->reaping)
+        TAILQ_REMOVE(&d->reaping, c, reap_link);
     TAILQ_REMOVE(&d->conns, c, link);
     d->nconns--;
-    bufferevent_free(c->bev);
+    event_free(c->readable);
+    if (c->writable)
+        event_free(c->writable);
+    if (c->out)
+        evbuffer_free(c->out);
+    free(c->part);
+    evutil_closesocket(c->fd);
     free(c);
 }
 
@@ -419,6 +508,19 @@ void conn_close_all(struct dlockd *d)
 
     while ((c = TAILQ_FIRST(&d->conns)) != NULL)
         conn_free(c, "shutdown");
+    event_free(d->advance);
+    event_free(d->reap);
+    d->advance = d->reap = NULL;
+}
+
+void conn_init(struct dlockd *d)
+{
+    TAILQ_INIT(&d->conns);
+    TAILQ_INIT(&d->advancing);
+    TAILQ_INIT(&d->reaping);
+    if ((d->advance = event_new(d->base, -1, 0, on_advance, d)) == NULL ||
+        (d->reap = event_new(d->base, -1, 0, on_reap, d)) == NULL)
+        fatalx("conn: out of memory");
 }
 
 static void on_auth_timeout(struct deadline *dl)
@@ -435,7 +537,7 @@ void conn_authed(struct conn *c)
     deadline_cancel(c->d->deadlines, &c->auth_dl);
 }
 
-struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *peer)
+struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
     struct conn *c;
 
@@ -450,12 +552,10 @@ struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *pee
         deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
-    c->bev = bev;
-    c->advance = event_new(d->base, -1, 0, on_advance, c);
-    if ((c->reaper = event_new(d->base, -1, 0, on_reap, c)) == NULL || c->advance == NULL)
+    c->fd = fd;
+    if ((c->readable = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
+        event_add(c->readable, NULL) != 0)
         fatalx("conn: out of memory");
-    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     TAILQ_INSERT_TAIL(&d->conns, c, link);
     d->nconns++;
     session_attach(session_new(d, peer, d->cfg.session_ttl), c);
@@ -465,8 +565,6 @@ struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *pee
 
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
-    struct bufferevent *bev;
-
     if (d->nconns >= d->cfg.maxclients) {
         char line[128];
         int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "max number of clients reached");
@@ -480,7 +578,5 @@ void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
     /* Replies are small and often follow a request the client pipelined: without this,
      * Nagle holds a grant until the client's delayed ACK (40 ms). Fails harmlessly on unix sockets. */
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
-    if ((bev = bufferevent_socket_new(d->base, fd, BEV_OPT_CLOSE_ON_FREE)) == NULL)
-        fatalx("conn: out of memory");
-    conn_new(d, bev, peer);
+    conn_new(d, fd, peer);
 }

@@ -10,7 +10,8 @@
 #include "dlockd.h"
 #include "proto.h"
 
-struct bufferevent;
+struct event;
+struct evbuffer;
 struct session;
 struct idrec;
 
@@ -42,7 +43,12 @@ struct queued {
 
 struct conn {
     struct dlockd *d;
-    struct bufferevent *bev;
+    evutil_socket_t fd;
+    struct event *readable;   /* reads while the client may still send */
+    struct event *writable;   /* only while out holds replies */
+    struct evbuffer *out;     /* replies the socket did not take yet; NULL when none */
+    char *part;               /* a line not yet complete, when there is one */
+    size_t partlen;
     struct session *session;  /* attached session, or NULL */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
@@ -50,26 +56,29 @@ struct conn {
     int closing;              /* close once the output is written */
     int eof;                  /* the client sent no more: finish what it sent, then close */
     int quitting;             /* QUIT ran: nothing behind it runs */
+    int advancing;            /* in d->advancing */
+    int reaping;              /* in d->reaping */
     struct req *quit;         /* a QUIT waiting for the requests before it to end */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
-    struct event *reaper;     /* frees it on a later loop turn, once closing */
-    struct event *advance;    /* decides what comes next, never nested in a request */
-    const char *close_reason; /* for the log, when the reaper frees it */
+    const char *close_reason; /* for the log, when it is freed */
     TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
+    TAILQ_ENTRY(conn) advance_link; /* in d->advancing */
+    TAILQ_ENTRY(conn) reap_link;    /* in d->reaping */
     char peer[];              /* address, the default session name */
 };
 
+/* Sets up d's connection lists and the two events that serve all connections. */
+void conn_init(struct dlockd *d);
 /* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
 /*
- * Makes a connection with a fresh session from a bufferevent of any kind
- * (conn_accept's socket, or one end of a pair in a test or fuzz harness),
- * and takes ownership of bev: it is freed with the connection.
- * Does not check maxclients.
+ * Makes a connection with a fresh session from a non-blocking stream socket
+ * (conn_accept's, or one end of a socketpair in a fuzz harness), and takes
+ * ownership of fd: it is closed with the connection. Does not check maxclients.
  */
-struct conn *conn_new(struct dlockd *d, struct bufferevent *bev, const char *peer);
+struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer);
 
 /*
  * Replies to r and ends it (r is freed): "[#tag] STATUS fields". fmt may be
@@ -99,7 +108,7 @@ void conn_quit(struct conn *c, struct req *r);
 void conn_authed(struct conn *c);
 /* Closes c once its output is written; never frees it before returning. */
 void conn_close_soon(struct conn *c, const char *reason);
-/* Closes every connection now (shutdown). */
+/* Closes every connection now and frees what conn_init made (shutdown). */
 void conn_close_all(struct dlockd *d);
 /* Sends "* text" to every connection that has a session. */
 void conn_broadcast(struct dlockd *d, const char *text);

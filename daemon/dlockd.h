@@ -41,6 +41,10 @@ struct dlockd {
     struct dict *latches;       /* name -> struct awaiters of a latch */
     struct conn_list conns;     /* open connections */
     int nconns;
+    struct conn_list advancing; /* connections whose next step is due (conn.c) */
+    struct conn_list reaping;   /* connections to free on the next turn of the loop */
+    struct event *advance;      /* runs d->advancing */
+    struct event *reap;         /* frees d->reaping */
     uint64_t next_wait;         /* numbers waits for their wid */
     uint64_t started;           /* monotonic ms */
     struct stats stats;

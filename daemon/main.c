@@ -185,7 +185,7 @@ int main(int argc, char **argv)
     d.waits = dict_new();
     d.names = dict_new();
     d.latches = dict_new();
-    TAILQ_INIT(&d.conns);
+    conn_init(&d);
     if (server_listen(&d) || admin_start(&d)) {
         dlockd_free(&d);
         return 1;

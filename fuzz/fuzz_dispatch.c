@@ -1,13 +1,15 @@
 /* fuzz_dispatch.c - libFuzzer harness for request dispatch: the daemon's own connection,
  * command and session code on a real struct dlockd with an event base and no Redis link
  * (redis_new without redis_start: every verb that needs Redis answers ERR BACKEND), config
- * defaults, and no socket: clients are bufferevent pairs made into connections by conn_new.
+ * defaults, and no listener: clients are AF_UNIX socketpairs made into connections by
+ * conn_new (the daemon's end with the smallest send buffer, so unread replies soon pile up
+ * in the daemon).
  *
  * Input: byte 0 picks config variants, byte 1 seeds the chunk sizes, the rest is what the
  * clients send, with control escapes: 0xFF then a byte c:
  *   c % 8 == 0  talk on client (c >> 3) % NCLIENTS from now on (a fresh one if it is closed)
  *   c % 8 == 1  half-close that client (EOF; the daemon answers what it got, then closes)
- *   c % 8 == 2  the client's socket breaks (BEV_EVENT_ERROR)
+ *   c % 8 == 2  the client closes its socket (unread replies make it a reset)
  *   c % 8 == 3  run the event loop until idle
  *   c % 8 == 4  the client stops reading its replies (they pile up in the daemon)
  *   c % 8 == 5  the client reads again
@@ -15,15 +17,16 @@
  * Checks: no crash, leak or sanitizer report; every line the daemon writes parses with
  * proto_parse_reply; after teardown no connection, session, wait, latch awaiter or deadline
  * is left. Log lines are formatted (debug level) but go to /dev/null unless FUZZ_LOG is set. */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "conn.h"
@@ -65,9 +68,10 @@ void dlockd_random_id(char *buf)
     snprintf(buf, DLOCKD_ID_LEN + 1, "%016llx", (unsigned long long)++id_counter);
 }
 
-/* One fuzzed client: our end of the pair and the reply bytes not yet split into lines. */
+/* One fuzzed client: our end of the socketpair and the reply bytes not yet split into lines. */
 struct client {
-    struct bufferevent *end; /* NULL: never opened */
+    int fd;                  /* our end; -1: never opened, or closed */
+    int gone;                /* the daemon closed its end */
     char *part;              /* a reply line so far */
     size_t plen, pcap;
     int reading;             /* 0 while it "does not read" */
@@ -78,7 +82,7 @@ static struct client clients[NCLIENTS];
 
 static int alive(const struct client *cl)
 {
-    return cl->end != NULL && bufferevent_pair_get_partner(cl->end) != NULL;
+    return cl->fd >= 0 && !cl->gone;
 }
 
 static void check_line(const char *line, size_t len)
@@ -102,20 +106,18 @@ static void check_line(const char *line, size_t len)
 /* Takes what arrived on our end of a client and checks every complete line. */
 static size_t drain(struct client *cl)
 {
-    struct evbuffer *in;
     size_t got = 0;
 
-    if (cl->end == NULL)
-        return 0;
-    in = bufferevent_get_input(cl->end);
-    while (evbuffer_get_length(in) > 0) {
+    while (cl->fd >= 0 && !cl->gone) {
         unsigned char buf[4096];
-        int n = evbuffer_remove(in, buf, sizeof(buf));
+        ssize_t n = recv(cl->fd, buf, sizeof(buf), MSG_DONTWAIT);
 
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            cl->gone = 1;
         if (n <= 0)
             break;
         got += (size_t)n;
-        for (int i = 0; i < n; i++) {
+        for (ssize_t i = 0; i < n; i++) {
             if (buf[i] == '\n') {
                 check_line(cl->part ? cl->part : "", cl->plen);
                 cl->plen = 0;
@@ -134,16 +136,10 @@ static size_t drain(struct client *cl)
     return got;
 }
 
-/* Moves what the daemon wrote to a reading client, as a socket would on a later turn of
- * the loop. Our end's EV_READ stays off in between, so nothing the daemon writes leaves its
- * output buffer during the callback that writes it (a pair would hand it over at once). */
+/* Reads what the daemon wrote to a client that reads. */
 static size_t deliver(struct client *cl)
 {
-    if (cl->end == NULL || !cl->reading)
-        return 0;
-    bufferevent_enable(cl->end, EV_READ);
-    bufferevent_disable(cl->end, EV_READ);
-    return drain(cl);
+    return cl->reading ? drain(cl) : 0;
 }
 
 /* Runs the loop without blocking until nothing is active and no reply moves. */
@@ -161,45 +157,39 @@ static void run_loop(void)
     FAIL("the event loop never went idle");
 }
 
+static void client_close(struct client *cl)
+{
+    if (cl->fd >= 0)
+        close(cl->fd);
+    cl->fd = -1;
+    cl->gone = 1;
+}
+
 static void client_open(struct client *cl, int k)
 {
-    struct bufferevent *pair[2];
+    int sv[2], small = 1;
     char peer[32];
 
-    if (cl->end)
-        bufferevent_free(cl->end);
+    client_close(cl);
     cl->plen = 0;
     cl->shut = 0;
-    if (bufferevent_pair_new(D.base, BEV_OPT_DEFER_CALLBACKS, pair) != 0)
-        FAIL("bufferevent_pair_new");
+    cl->gone = 0;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || evutil_make_socket_nonblocking(sv[0]) != 0 ||
+        evutil_make_socket_nonblocking(sv[1]) != 0)
+        FAIL("socketpair");
+    (void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
     snprintf(peer, sizeof(peer), "fuzz:%d", k);
-    conn_new(&D, pair[0], peer);
-    cl->end = pair[1];
+    conn_new(&D, sv[0], peer);
+    cl->fd = sv[1];
     cl->reading = 1;
-    bufferevent_enable(cl->end, EV_WRITE);
-    bufferevent_disable(cl->end, EV_READ);
 }
 
 static void client_free(struct client *cl)
 {
-    if (cl->end)
-        bufferevent_free(cl->end);
+    client_close(cl);
     free(cl->part);
     memset(cl, 0, sizeof(*cl));
-}
-
-/* The daemon side sees what a broken socket looks like to it. */
-static void client_break(struct client *cl)
-{
-    bufferevent_event_cb eventcb;
-    struct bufferevent *theirs;
-    void *arg;
-
-    if (!alive(cl))
-        return;
-    theirs = bufferevent_pair_get_partner(cl->end);
-    bufferevent_getcb(theirs, NULL, NULL, &eventcb, &arg);
-    eventcb(theirs, BEV_EVENT_ERROR | BEV_EVENT_READING, arg);
+    cl->fd = -1;
 }
 
 static void set_config(uint8_t b)
@@ -238,7 +228,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     D.waits = dict_new();
     D.names = dict_new();
     D.latches = dict_new();
-    TAILQ_INIT(&D.conns);
+    conn_init(&D);
+    for (int k = 0; k < NCLIENTS; k++)
+        clients[k].fd = -1;
     D.redis = redis_new(&D); /* never started: the backend is down */
     return 0;
 }
@@ -252,8 +244,17 @@ static void send_chunks(struct client *cl, const uint8_t *p, size_t n, uint32_t 
 
         if (chunk > n)
             chunk = n;
-        if (alive(cl) && !cl->shut)
-            bufferevent_write(cl->end, p, chunk);
+        /* A daemon that stopped reading (it closes once its replies are read) may never
+         * take the rest: the client gives up after a few tries, as a real one would. */
+        for (size_t sent = 0, tries = 0; alive(cl) && !cl->shut && sent < chunk && tries < 16; tries++) {
+            ssize_t w = send(cl->fd, p + sent, chunk - sent, MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                break;
+            if (w > 0)
+                sent += (size_t)w;
+            if (sent < chunk)
+                run_loop();
+        }
         run_loop();
         p += chunk;
         n -= chunk;
@@ -273,11 +274,11 @@ static void control(uint8_t c, struct client **cur)
     case 1:
         if (alive(cl) && !cl->shut) {
             cl->shut = 1;
-            bufferevent_flush(cl->end, EV_WRITE, BEV_FINISHED);
+            shutdown(cl->fd, SHUT_WR);
         }
         break;
     case 2:
-        client_break(cl);
+        client_close(cl);
         break;
     case 4:
         cl->reading = 0;
@@ -305,6 +306,7 @@ static void teardown(void)
         client_free(&clients[k]);
     if (D.nconns != 0 || !TAILQ_EMPTY(&D.conns))
         FAIL("%d connections left after close", D.nconns);
+    conn_init(&D); /* conn_close_all freed its events */
     if (dict_size(D.sessions) || dict_size(D.waits) || D.nholds || dict_size(D.names) || dict_size(D.latches))
         FAIL("left behind: %zu sessions, %zu waits, %llu holds, %zu names, %zu latches", dict_size(D.sessions),
              dict_size(D.waits), (unsigned long long)D.nholds, dict_size(D.names), dict_size(D.latches));
