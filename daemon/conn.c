@@ -17,6 +17,7 @@
 #include "conn.h"
 #include "dict.h"
 #include "log.h"
+#include "mem.h"
 #include "reqid.h"
 #include "session.h"
 
@@ -118,9 +119,22 @@ static void write_line(struct conn *c, const char *line, int len)
     }
 }
 
+#define TRIM_PEAK 4096 /* requests at once: a burst whose pages are worth giving back */
+
+/* A burst of requests leaves its pages to the heap: give them back once it is over. */
+static void req_count_down(struct dlockd *d)
+{
+    d->nreqs--;
+    if (d->reqs_peak >= TRIM_PEAK && d->nreqs <= d->reqs_peak / 16) {
+        mem_trim();
+        d->reqs_peak = d->nreqs;
+    }
+}
+
 static void req_end(struct req *r)
 {
     struct conn *c = r->c;
+    struct dlockd *d = r->d;
 
     if (r->idrec)
         reqid_dropped(r);
@@ -131,6 +145,7 @@ static void req_end(struct req *r)
         advance_soon(c);
     }
     free(r);
+    req_count_down(d);
 }
 
 static void quit_now(struct conn *c)
@@ -265,6 +280,8 @@ static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_
     r->d = c->d;
     r->c = c;
     r->arrived = arrived;
+    if (++c->d->nreqs > c->d->reqs_peak)
+        c->d->reqs_peak = c->d->nreqs;
     memcpy(r->line, line, len);
     r->line[len] = '\0';
     r->untagged = !is_tagged(r->line);

@@ -6,6 +6,7 @@
 
 #include "dict.h"
 #include "log.h"
+#include "mem.h"
 
 struct entry {
     struct entry *next;
@@ -18,6 +19,12 @@ struct dict {
     size_t nslots; /* a power of two */
     size_t n;      /* entries */
 };
+
+/* Entries are as small and as long-lived as the holds they often index. */
+static void entry_free(struct entry *e)
+{
+    mem_free(e, sizeof(*e) + strlen(e->key) + 1);
+}
 
 static uint64_t hash(const char *s)
 {
@@ -51,7 +58,7 @@ void dict_free(struct dict *d)
         struct entry *e = d->slots[i];
         while (e) {
             struct entry *next = e->next;
-            free(e);
+            entry_free(e);
             e = next;
         }
     }
@@ -105,8 +112,7 @@ const char *dict_set(struct dict *d, const char *key, void *val)
         return e->key;
     }
     len = strlen(key);
-    if ((e = malloc(sizeof(*e) + len + 1)) == NULL)
-        fatalx("dict: out of memory");
+    e = mem_alloc(sizeof(*e) + len + 1);
     e->next = NULL;
     e->val = val;
     memcpy(e->key, key, len + 1);
@@ -125,7 +131,7 @@ void *dict_del(struct dict *d, const char *key)
         return NULL;
     *ep = e->next;
     val = e->val;
-    free(e);
+    entry_free(e);
     d->n--;
     return val;
 }

@@ -46,6 +46,8 @@ struct dlockd {
     struct event *advance;      /* runs d->advancing */
     struct event *reap;         /* frees d->reaping */
     uint64_t next_wait;         /* numbers waits for their wid */
+    uint64_t nreqs;             /* requests being served */
+    uint64_t reqs_peak;         /* the most at once since the heap was last trimmed */
     uint64_t started;           /* monotonic ms */
     struct stats stats;
 };

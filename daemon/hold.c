@@ -9,6 +9,7 @@
 #include "dlockd.h"
 #include "hold.h"
 #include "log.h"
+#include "mem.h"
 #include "session.h"
 #include "wait.h"
 
@@ -83,13 +84,13 @@ void hold_remove(struct dlockd *d, struct hold *h)
     TAILQ_REMOVE(&h->ln->holds, h, in_name);
     if (TAILQ_EMPTY(&h->ln->holds)) {
         dict_del(d->names, h->ln->name);
-        free(h->ln);
+        mem_free(h->ln, sizeof(*h->ln));
     }
     if (h->lease) {
         deadline_cancel(d->deadlines, &h->lease->dl);
         free(h->lease);
     }
-    free(h);
+    mem_free(h, sizeof(*h) + strlen(h->hid) + 1);
 }
 
 /* Forgets h here and releases it in Redis. */
@@ -99,7 +100,7 @@ static void drop(struct dlockd *d, struct hold *h, int64_t delay)
 
     snprintf(name, sizeof(name), "%s", h->ln->name);
     snprintf(hid, sizeof(hid), "%s", h->hid);
-    memcpy(token, h->token, sizeof(token));
+    snprintf(token, sizeof(token), "%llu", h->token);
     hold_remove(d, h);
     hold_release(d, name, hid, token, 1, 0, delay);
 }
@@ -108,7 +109,7 @@ static void on_lease_end(struct deadline *dl)
 {
     struct hold *h = container_of(dl, struct hold_lease, dl)->h;
 
-    conn_event(h->s->conn, "LOST %s token=%s reason=lease", h->ln->name, h->token);
+    conn_event(h->s->conn, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
     log_debug("s%s: lease of '%s' ended", h->s->id, h->ln->name);
     drop(h->s->d, h, 0);
 }
@@ -118,8 +119,7 @@ static struct lname *name_get(struct dlockd *d, const char *name)
     struct lname *ln = dict_get(d->names, name);
 
     if (ln == NULL) {
-        if ((ln = malloc(sizeof(*ln))) == NULL)
-            fatalx("hold: out of memory");
+        ln = mem_alloc(sizeof(*ln));
         TAILQ_INIT(&ln->holds);
         ln->name = dict_set(d->names, name, ln);
     }
@@ -134,8 +134,7 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
     size_t hlen = strlen(hid);
 
     if (h == NULL) {
-        if ((h = calloc(1, sizeof(*h) + hlen + 1)) == NULL)
-            fatalx("hold: out of memory");
+        h = mem_alloc(sizeof(*h) + hlen + 1);
         h->s = s;
         memcpy(h->hid, hid, hlen + 1);
         if (lease > 0) {
@@ -151,7 +150,7 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
         s->nholds++;
         d->nholds++;
     }
-    snprintf(h->token, sizeof(h->token), "%s", token);
+    h->token = strtoull(token, NULL, 10);
     h->count = count;
 }
 
@@ -171,11 +170,11 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
 {
     struct hold *h = hold_find(d, name, hid);
 
-    if (h == NULL || strcmp(h->token, token) != 0)
+    if (h == NULL || h->token != strtoull(token, NULL, 10))
         return;
     d->stats.lost++;
-    log_info("s%s: lost '%s' token=%s (%s)", h->s->id, name, h->token, reason);
-    conn_event(h->s->conn, "LOST %s token=%s reason=%s", name, h->token, reason);
+    log_info("s%s: lost '%s' token=%llu (%s)", h->s->id, name, h->token, reason);
+    conn_event(h->s->conn, "LOST %s token=%llu reason=%s", name, h->token, reason);
     hold_remove(d, h);
 }
 
@@ -205,7 +204,7 @@ void hold_release_session(struct session *s, int expired)
 
     while ((h = TAILQ_FIRST(&s->holds)) != NULL) {
         if (expired)
-            conn_event(s->conn, "LOST %s token=%s reason=expired", h->ln->name, h->token);
+            conn_event(s->conn, "LOST %s token=%llu reason=expired", h->ln->name, h->token);
         drop(s->d, h, expired ? s->d->cfg.lock_delay : 0);
     }
 }

@@ -32,7 +32,7 @@ struct hold {
     long long count;           /* reentry count, or permits */
     TAILQ_ENTRY(hold) in_session;
     TAILQ_ENTRY(hold) in_name;
-    char token[TOKEN_MAX];
+    unsigned long long token;  /* fencing token of the grant */
     char hid[];                /* mode, session id, ':', owner */
 };
 

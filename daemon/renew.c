@@ -13,6 +13,7 @@
 #include "hold.h"
 #include "wait.h"
 #include "log.h"
+#include "mem.h"
 #include "redis.h"
 #include "renew.h"
 #include "session.h"
@@ -164,15 +165,16 @@ static int add_name(const char *name, void *val, void *arg)
     uint64_t now = now_ms();
 
     TAILQ_FOREACH(h, &ln->holds, in_name) {
-        char lease[24];
+        char lease[24], token[TOKEN_MAX];
+        snprintf(token, sizeof(token), "%llu", h->token);
         /* A hold with lease= is extended to its end, not beyond. */
         if (h->lease && (int64_t)(h->lease->dl.when - now) < cy->d->cfg.lock_lease) {
             if (h->lease->dl.when <= now)
                 continue;
             snprintf(lease, sizeof(lease), "%lld", (long long)(h->lease->dl.when - now));
-            add(cy, name, "", h->hid, lease, h->token);
+            add(cy, name, "", h->hid, lease, token);
         } else {
-            add(cy, name, "", h->hid, cy->lease, h->token);
+            add(cy, name, "", h->hid, cy->lease, token);
         }
     }
     return 0;
@@ -206,6 +208,8 @@ static void fill(struct cycle *cy)
     if (cy->table == NULL && cy->inflight == 0 && cy->running) {
         cy->running = 0;
         log_debug("renew: %d calls", cy->sent);
+        /* a burst of requests since the last cycle has left its pages to the heap */
+        mem_trim();
     }
 }
 
