@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/queue.h>
 
 #ifdef HAVE_MALLOC_H
 #include <malloc.h>
@@ -43,18 +44,17 @@ struct cell {
 };
 
 struct block {
-    struct block *prev, *next; /* in its class's list of blocks with room */
-    struct cell *free;         /* cells freed, to be handed out again */
-    char *fresh;               /* cells never handed out start here */
-    size_t size;               /* of its cells */
-    size_t used;               /* cells handed out */
-    int listed;                /* in the list of blocks with room */
+    LIST_ENTRY(block) room; /* in its class's list of blocks with room, unless full or spare */
+    struct cell *free;      /* cells freed, to be handed out again */
+    char *fresh;            /* cells never handed out start here */
+    size_t size;            /* of its cells */
+    size_t used;            /* cells handed out */
 };
 
 #define CELLS_AT (((sizeof(struct block) + STEP - 1) / STEP) * STEP)
 
 struct sizeclass {
-    struct block *room;  /* blocks with a cell free or fresh */
+    LIST_HEAD(, block) room; /* blocks with a cell free or fresh */
     struct block *spare; /* an empty block, kept so that one object coming and going maps nothing */
 };
 
@@ -98,27 +98,6 @@ static void block_drop(struct block *b)
     nblocks--;
 }
 
-static void list_add(struct sizeclass *sc, struct block *b)
-{
-    b->prev = NULL;
-    b->next = sc->room;
-    if (sc->room)
-        sc->room->prev = b;
-    sc->room = b;
-    b->listed = 1;
-}
-
-static void list_remove(struct sizeclass *sc, struct block *b)
-{
-    if (b->prev)
-        b->prev->next = b->next;
-    else
-        sc->room = b->next;
-    if (b->next)
-        b->next->prev = b->prev;
-    b->listed = 0;
-}
-
 static int block_full(const struct block *b)
 {
     return b->free == NULL && b->fresh + b->size > (const char *)b + BLOCK_SIZE;
@@ -136,12 +115,12 @@ void *mem_alloc(size_t size)
         return p;
     }
     sc = &classes[size == 0 ? 0 : (size - 1) / STEP];
-    if ((b = sc->room) == NULL) {
+    if ((b = LIST_FIRST(&sc->room)) == NULL) {
         if ((b = sc->spare) != NULL)
             sc->spare = NULL;
         else
             b = block_new((size_t)(sc - classes + 1) * STEP);
-        list_add(sc, b);
+        LIST_INSERT_HEAD(&sc->room, b, room);
     }
     if (b->free) {
         p = b->free;
@@ -153,7 +132,7 @@ void *mem_alloc(size_t size)
         b->fresh += b->size;
     }
     if (++b->used, block_full(b))
-        list_remove(sc, b);
+        LIST_REMOVE(b, room);
     nobjects++;
     UNPOISON(p, size); /* under ASan, the rest of the cell stays out of bounds */
     memset(p, 0, size);
@@ -165,6 +144,7 @@ void mem_free(void *p, size_t size)
     struct sizeclass *sc;
     struct block *b;
     struct cell *c = p;
+    int was_full;
 
     if (p == NULL)
         return;
@@ -174,6 +154,7 @@ void mem_free(void *p, size_t size)
     }
     sc = &classes[size == 0 ? 0 : (size - 1) / STEP];
     b = block_of(p);
+    was_full = block_full(b);
     UNPOISON(c, sizeof(*c));
     c->next = b->free;
     b->free = c;
@@ -181,16 +162,16 @@ void mem_free(void *p, size_t size)
     b->used--;
     nobjects--;
     if (b->used == 0) {
-        if (b->listed)
-            list_remove(sc, b);
+        if (!was_full)
+            LIST_REMOVE(b, room);
         if (sc->spare == NULL) {
             block_reset(b, b->size);
             sc->spare = b;
         } else {
             block_drop(b);
         }
-    } else if (!b->listed) {
-        list_add(sc, b);
+    } else if (was_full) {
+        LIST_INSERT_HEAD(&sc->room, b, room);
     }
 }
 

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#define MEM_SMALL_MAX 512 /* larger objects come from the heap */
+
 /*
  * Returns size zeroed bytes, aligned to 16, from blocks kept apart from the
  * heap (objects over MEM_SMALL_MAX come from calloc). Never NULL: out of
@@ -15,8 +17,6 @@ void mem_free(void *p, size_t size);
 
 /* Gives the heap's free pages back to the system (a no-op without malloc_trim). */
 void mem_trim(void);
-
-#define MEM_SMALL_MAX 512
 
 /* Blocks mapped for small objects, and the objects in them (for tests). */
 struct mem_usage {

@@ -13,7 +13,6 @@
 #include "hold.h"
 #include "wait.h"
 #include "log.h"
-#include "mem.h"
 #include "redis.h"
 #include "renew.h"
 #include "session.h"
@@ -208,8 +207,6 @@ static void fill(struct cycle *cy)
     if (cy->table == NULL && cy->inflight == 0 && cy->running) {
         cy->running = 0;
         log_debug("renew: %d calls", cy->sent);
-        /* a burst of requests since the last cycle has left its pages to the heap */
-        mem_trim();
     }
 }
 
