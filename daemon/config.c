@@ -34,6 +34,7 @@ static const struct conf_key keys[] = {
     { "listen", CONF_ADDR_LIST, FIELD(listen), "127.0.0.1:7411", 0, 0, RESTART },
     { "redis", CONF_ADDR, FIELD(redis), "127.0.0.1:6379", 0, 0, RESTART },
     { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART },
+    { "redis-user", CONF_STR, FIELD(redis_user), NULL, 0, 0, RESTART },
     { "key-prefix", CONF_STR, FIELD(key_prefix), "dlock:", 0, 0, RESTART },
     { "session-ttl", CONF_DURATION, FIELD(session_ttl), "10s", 100, DMAX, LIVE },
     { "session-ttl-min", CONF_DURATION, FIELD(session_ttl_min), "1s", 100, DMAX, LIVE },
@@ -51,6 +52,14 @@ static const struct conf_key keys[] = {
     { "client-output-limit", CONF_INT, FIELD(client_output_limit), "1048576", 4096, 1LL << 32, LIVE },
     { "max-waiters", CONF_INT, FIELD(max_waiters), "100000", 0, 100000000, LIVE },
     { "max-holds", CONF_INT, FIELD(max_holds), "10000", 1, 100000000, LIVE },
+    { "max-holds-total", CONF_INT, FIELD(max_holds_total), "1000000", 1, 100000000, LIVE },
+    { "max-waits", CONF_INT, FIELD(max_waits), "4096", 0, 100000000, LIVE },
+    { "max-queued", CONF_INT, FIELD(max_queued), "1000", 1, 1000000, LIVE },
+    { "max-inflight", CONF_INT, FIELD(max_inflight), "8192", 1, 1000000, LIVE },
+    { "max-latches", CONF_INT, FIELD(max_latches), "10000", 0, 100000000, LIVE },
+    { "max-latches-total", CONF_INT, FIELD(max_latches_total), "100000", 0, 100000000, LIVE },
+    { "max-ids", CONF_INT, FIELD(max_ids), "1000", 0, 1000000, LIVE },
+    { "max-ids-total", CONF_INT, FIELD(max_ids_total), "100000", 0, 100000000, LIVE },
     { "unixsocket-perm", CONF_OCTAL, FIELD(unixsocket_perm), "0660", 0, 0777, RESTART },
     { "admin-listen", CONF_OPT_ADDR, FIELD(admin), "", 0, 0, RESTART },
     { "log-level", CONF_LEVEL, FIELD(log_level), "info", 0, 0, LIVE },
@@ -245,6 +254,14 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
                         "a non-loopback address needs requirepass (or protected-mode no)");
     if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
         return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
+    if (cfg->max_holds > cfg->max_holds_total)
+        return fail(err, errlen, "config", "max-holds", "greater than max-holds-total");
+    if (cfg->max_waits > cfg->max_waiters)
+        return fail(err, errlen, "config", "max-waits", "greater than max-waiters");
+    if (cfg->max_latches > cfg->max_latches_total)
+        return fail(err, errlen, "config", "max-latches", "greater than max-latches-total");
+    if (cfg->max_ids > cfg->max_ids_total)
+        return fail(err, errlen, "config", "max-ids", "greater than max-ids-total");
     if (cfg->session_ttl_min > cfg->session_ttl_max)
         return fail(err, errlen, "config", "session-ttl-min", "greater than session-ttl-max");
     if (cfg->session_ttl < cfg->session_ttl_min || cfg->session_ttl > cfg->session_ttl_max)
@@ -278,9 +295,11 @@ int config_load(struct config *cfg, const char *file, int argc, char **argv, cha
 void config_free(struct config *cfg)
 {
     free(cfg->redis_password);
+    free(cfg->redis_user);
     free(cfg->key_prefix);
     free(cfg->requirepass);
     free(cfg->file);
+    cfg->redis_user = NULL;
     cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->file = NULL;
 }
 

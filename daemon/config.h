@@ -22,6 +22,7 @@ struct config {
     int listen_given;         /* 1 once a listen line replaced the default */
     struct addr redis;        /* the Redis server */
     char *redis_password;     /* AUTH to Redis, or NULL */
+    char *redis_user;         /* ACL user for AUTH (Redis 6+), or NULL */
     char *key_prefix;         /* prefix of every key and channel */
     int64_t session_ttl;      /* ms */
     int64_t session_ttl_min;  /* ms */
@@ -34,6 +35,14 @@ struct config {
     int64_t max_line;         /* bytes, with terminator */
     int64_t max_waiters;      /* waiting requests on this daemon */
     int64_t max_holds;        /* holds per session */
+    int64_t max_holds_total;  /* holds of all sessions on this daemon */
+    int64_t max_waits;        /* waits per session: LOCK, ACQUIRE and AWAIT */
+    int64_t max_queued;       /* untagged lines waiting their turn, per connection */
+    int64_t max_inflight;     /* requests being served at once, per connection */
+    int64_t max_latches;      /* latches a session created that still live */
+    int64_t max_latches_total; /* latches created through this daemon that still live */
+    int64_t max_ids;          /* id= replies remembered per session */
+    int64_t max_ids_total;    /* id= replies remembered on this daemon */
     enum log_level log_level;
     int log_syslog;           /* 1: log to syslog instead of stderr */
     struct addr admin;        /* HTTP admin endpoint; admin_on 0: none */
