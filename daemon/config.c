@@ -254,14 +254,6 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
                         "a non-loopback address needs requirepass (or protected-mode no)");
     if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
         return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
-    if (cfg->max_holds > cfg->max_holds_total)
-        return fail(err, errlen, "config", "max-holds", "greater than max-holds-total");
-    if (cfg->max_waits > cfg->max_waiters)
-        return fail(err, errlen, "config", "max-waits", "greater than max-waiters");
-    if (cfg->max_latches > cfg->max_latches_total)
-        return fail(err, errlen, "config", "max-latches", "greater than max-latches-total");
-    if (cfg->max_ids > cfg->max_ids_total)
-        return fail(err, errlen, "config", "max-ids", "greater than max-ids-total");
     if (cfg->session_ttl_min > cfg->session_ttl_max)
         return fail(err, errlen, "config", "session-ttl-min", "greater than session-ttl-max");
     if (cfg->session_ttl < cfg->session_ttl_min || cfg->session_ttl > cfg->session_ttl_max)
