@@ -10,6 +10,7 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
@@ -127,6 +128,7 @@ static void dlockd_free(struct dlockd *d)
         event_free(d->renew_timer);
     dict_free(d->sessions);
     dict_free(d->waits);
+    deadlock_free(d->deadlock);
     dict_free(d->names);
     dict_free(d->latches);
     deadlines_free(d->deadlines);
@@ -183,6 +185,7 @@ int main(int argc, char **argv)
     d.deadlines = deadlines_new(d.base);
     d.sessions = dict_new();
     d.waits = dict_new();
+    d.deadlock = deadlock_new();
     d.names = dict_new();
     d.latches = dict_new();
     conn_init(&d);
