@@ -75,6 +75,7 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
         log_warnx("config: reload failed: %s; keeping the old config", err);
     } else {
         config_apply_live(&d->cfg, &fresh, restart, sizeof(restart));
+        server_fd_limit(&d->cfg);
         log_set_level(d->cfg.log_level);
         log_set_syslog(d->cfg.log_syslog);
         if (restart[0])
