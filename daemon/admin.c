@@ -1,5 +1,6 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
  * (200 only while Redis is reachable) and /status (the INFO document). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 #include "dlockd.h"
 #include "log.h"
 #include "redis.h"
+#include "server.h"
 #include "stats.h"
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type, struct evbuffer *body)
@@ -79,6 +81,34 @@ int admin_start(struct dlockd *d)
     }
     log_info("admin: http://%s:%d/metrics", a->host, a->port);
     return 0;
+}
+
+struct exposed {
+    struct dlockd *d;
+    char *buf;  /* where the first exposed socket is named */
+    size_t len;
+    int found;
+};
+
+static void check_bound(struct evhttp_bound_socket *b, void *arg)
+{
+    struct exposed *e = arg;
+    const struct addr *a = &e->d->cfg.admin;
+    char bound[128];
+
+    if (!e->found && server_fd_exposed(evhttp_bound_socket_get_fd(b), bound, sizeof(bound))) {
+        snprintf(e->buf, e->len, "admin-listen %s:%d (bound to %s)", a->host, a->port, bound);
+        e->found = 1;
+    }
+}
+
+int admin_exposed(struct dlockd *d, char *buf, size_t len)
+{
+    struct exposed e = { d, buf, len, 0 };
+
+    if (d->http)
+        evhttp_foreach_bound_socket(d->http, check_bound, &e);
+    return e.found;
 }
 
 void admin_stop(struct dlockd *d)

@@ -60,6 +60,21 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(d->base, &flush);
 }
 
+/* Protected mode, judged by the addresses the listeners are bound to (host
+ * names and sockets from systemd included): without requirepass, each must
+ * be loopback or a unix socket. Returns 0, or -1 after logging which is not. */
+static int check_protected(struct dlockd *d, const char *requirepass)
+{
+    char where[512];
+
+    if (!d->cfg.protected_mode || requirepass != NULL)
+        return 0;
+    if (!server_exposed(d, where, sizeof(where)) && !admin_exposed(d, where, sizeof(where)))
+        return 0;
+    log_warnx("protected mode: %s is not a loopback address: it needs requirepass (or protected-mode no)", where);
+    return -1;
+}
+
 /* Reads the config again; live keys change now, the others need a restart. */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
@@ -73,6 +88,8 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
     notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the config", (unsigned long long)now_us());
     if (config_load(&fresh, a->file, a->argc, a->argv, err, sizeof(err))) {
         log_warnx("config: reload failed: %s; keeping the old config", err);
+    } else if (check_protected(d, fresh.requirepass)) {
+        log_warnx("config: reload failed: requirepass: protected mode needs it; keeping the old config");
     } else {
         config_apply_live(&d->cfg, &fresh, restart, sizeof(restart));
         server_fd_limit(&d->cfg);
@@ -190,7 +207,7 @@ int main(int argc, char **argv)
     d.names = dict_new();
     d.latches = dict_new();
     conn_init(&d);
-    if (server_listen(&d) || admin_start(&d)) {
+    if (server_listen(&d) || admin_start(&d) || check_protected(&d, d.cfg.requirepass)) {
         dlockd_free(&d);
         return 1;
     }

@@ -50,6 +50,37 @@ static void peer_name(const struct sockaddr *sa, char *buf, size_t len)
     }
 }
 
+int server_fd_exposed(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &sslen) < 0) {
+        snprintf(buf, len, "socket %d (getsockname: %s)", fd, strerror(errno));
+        return 1;
+    }
+    peer_name((struct sockaddr *)&ss, buf, len);
+    return !config_loopback((struct sockaddr *)&ss);
+}
+
+int server_exposed(struct dlockd *d, char *buf, size_t len)
+{
+    struct server *srv = d->server;
+    char bound[128], name[300];
+
+    for (int i = 0; srv && i < srv->n; i++) {
+        if (!server_fd_exposed(evconnlistener_get_fd(srv->listeners[i]), bound, sizeof(bound)))
+            continue;
+        if (srv->inherited)
+            snprintf(buf, len, "socket %d from systemd (bound to %s)", 3 + i, bound);
+        else
+            snprintf(buf, len, "listen %s (bound to %s)", config_addr_str(&d->cfg.listen[i], name, sizeof(name)),
+                     bound);
+        return 1;
+    }
+    return 0;
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct dlockd *d = arg;

@@ -1,12 +1,21 @@
 /* check_server.c - listeners, admin endpoint and wait-for graph under attack: EMFILE, protected mode, deep chains. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ the wait-for graph */
@@ -192,11 +201,213 @@ START_TEST(test_fd_limit)
 }
 END_TEST
 
+/* ------------------------------------------------------------ protected mode */
+
+/* Runs `dlockd args...` (at most 5 s) expecting exit code want; its output goes to out. */
+#define RUN(out, want, ...) run_at(__FILE__, __LINE__, (out), sizeof(out), (want), H_ARGS(__VA_ARGS__))
+static void run_at(const char *file, int line, char *out, size_t cap, int want, const char *const *args)
+{
+    int st = h_dlockd_run(args, out, cap, 5000);
+
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != want)
+        h_fail_at(file, line, "dlockd %s %s ...: status %#x, expected exit %d; output: %s", args[0],
+                  args[1] ? args[1] : "", st, want, out);
+}
+
+/* Lines of text. */
+static int nlines(const char *text)
+{
+    int n = 0;
+
+    for (; *text != '\0'; text++)
+        n += *text == '\n';
+    return n;
+}
+
+/* Addresses are judged by value, not by how they are spelt. */
+START_TEST(test_protected_by_value)
+{
+    static const char *const loopback[] = { "::ffff:127.0.0.1:7997", "0x7f000001:7997", "127.1:7997", "::1:7997" };
+    static const char *const public[] = { "0.0.0.0:7997", ":::7997", "::ffff:0.0.0.0:7997", "0:7997" };
+    char out[4096];
+
+    for (size_t i = 0; i < sizeof loopback / sizeof loopback[0]; i++) {
+        RUN(out, 0, "--test-config", "--listen", loopback[i], "--admin-listen", loopback[i]);
+        ck_assert_str_eq(out, "OK\n");
+    }
+    for (size_t i = 0; i < sizeof public / sizeof public[0]; i++) {
+        RUN(out, 1, "--test-config", "--listen", public[i]);
+        ck_assert_msg(strstr(out, "listen: a non-loopback address needs requirepass") && nlines(out) == 1,
+                      "--listen %s: '%s'", public[i], out);
+        RUN(out, 0, "--test-config", "--listen", public[i], "--requirepass", "x");
+    }
+}
+END_TEST
+
+/* The path of the dlockd under test: $DLOCKD, or daemon/dlockd of this build tree. */
+static void dlockd_path(char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    char *slash;
+
+    if (getenv("DLOCKD") != NULL && *getenv("DLOCKD") != '\0') {
+        snprintf(buf, len, "%s", getenv("DLOCKD"));
+        return;
+    }
+    if (n <= 0)
+        H_FAIL("readlink /proc/self/exe: %s", strerror(errno));
+    self[n] = '\0';
+    for (int up = 0; up < 2; up++)
+        if ((slash = strrchr(self, '/')) != NULL)
+            *slash = '\0';
+    if ((size_t)snprintf(buf, len, "%.*s/daemon/dlockd", (int)(len - 16), self) >= len)
+        H_FAIL("path too long: %s", self);
+}
+
+/* A daemon started by systemd's rules for socket activation. */
+struct activated {
+    pid_t pid;
+    int port;      /* of the socket passed as descriptor 3 */
+    char log[300]; /* its stdout and stderr */
+};
+
+/* The child half of activate(): never returns. */
+static void activate_child(int sock, const char *log, char *const argv[])
+{
+    int out = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    char pid[24];
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 || dup2(sock, 3) < 0)
+        _exit(126);
+    for (int fd = 4; fd < 1024; fd++)
+        close(fd);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    execv(argv[0], argv);
+    _exit(127);
+}
+
+/* Starts dlockd with args after it, and a TCP socket listening on host (IPv4) as descriptor 3. */
+static void activate(struct activated *a, const char *host, const char *const *args)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    char path[PATH_MAX], dir[256], *argv[16] = { path };
+    int sock = socket(AF_INET, SOCK_STREAM, 0), n = 1;
+
+    dlockd_path(path, sizeof path);
+    for (size_t i = 0; args[i] != NULL && n < 15; i++)
+        argv[n++] = (char *)args[i];
+    h_tmpdir(dir, sizeof dir, "activated");
+    snprintf(a->log, sizeof a->log, "%s/dlockd.log", dir);
+    a->port = h_free_port();
+    sa.sin_port = htons((uint16_t)a->port);
+    ck_assert_int_eq(inet_pton(AF_INET, host, &sa.sin_addr), 1);
+    ck_assert_int_eq(setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int)), 0);
+    if (bind(sock, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(sock, 16) < 0)
+        H_FAIL("cannot listen on %s:%d: %s", host, a->port, strerror(errno));
+    if ((a->pid = fork()) == 0)
+        activate_child(sock, a->log, argv);
+    close(sock);
+    ck_assert_int_gt(a->pid, 0);
+}
+
+/* Waits up to ms for a to exit; its wait status, or -1 (it is then killed). */
+static int activated_exit(struct activated *a, int ms)
+{
+    int st;
+
+    for (int64_t end = h_now_ms() + ms; h_now_ms() < end; h_sleep_ms(20))
+        if (waitpid(a->pid, &st, WNOHANG) == a->pid)
+            return st;
+    kill(a->pid, SIGKILL);
+    waitpid(a->pid, &st, 0);
+    return -1;
+}
+
+/* Lines of a's log that contain needle. */
+static int activated_lines(const struct activated *a, const char *needle)
+{
+    char line[1024];
+    FILE *f = fopen(a->log, "r");
+    int n = 0;
+
+    while (f != NULL && fgets(line, sizeof line, f) != NULL)
+        n += strstr(line, needle) != NULL;
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* A socket from systemd is judged as a listen address is: 0.0.0.0 without
+ * requirepass refuses to start, and a reload cannot drop requirepass then. */
+START_TEST(test_protected_systemd)
+{
+    struct activated a;
+    char redis[64], conf[300], dir[256];
+    struct h_conn *c;
+    int st;
+
+    snprintf(redis, sizeof redis, "127.0.0.1:%d", R->port);
+    activate(&a, "0.0.0.0", H_ARGS("--redis", redis));
+    st = activated_exit(&a, 5000);
+    ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %#x", st);
+    ck_assert_int_eq(activated_lines(&a, "protected mode: socket 3 from systemd (bound to 0.0.0.0:"), 1);
+    ck_assert_int_eq(activated_lines(&a, "warn"), 1);
+
+    activate(&a, "127.0.0.1", H_ARGS("--redis", redis));
+    c = H_CONNECT(a.port);
+    H_REQ(c, "OK", "PING");
+    H_LOCK_NEW(c, "pa");
+    kill(a.pid, SIGTERM);
+    st = activated_exit(&a, 5000);
+    ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+
+    h_tmpdir(dir, sizeof dir, "conf");
+    snprintf(conf, sizeof conf, "%s/dlockd.conf", dir);
+    h_write_file(conf, "requirepass s3cret\n");
+    activate(&a, "0.0.0.0", H_ARGS(conf, "--redis", redis));
+    c = H_CONNECT(a.port);
+    H_REQ(c, "ERR NOAUTH%*", "LOCK pb");
+    h_write_file(conf, "# requirepass dropped\n");
+    kill(a.pid, SIGHUP);
+    for (int64_t end = h_now_ms() + 3000; h_now_ms() < end && activated_lines(&a, "reload failed") == 0;)
+        h_sleep_ms(20);
+    ck_assert_int_eq(activated_lines(&a, "config: reload failed: requirepass"), 1);
+    c = H_CONNECT(a.port);
+    H_REQ(c, "ERR NOAUTH%*", "LOCK pb");
+    H_REQ(c, "OK", "AUTH s3cret");
+    H_LOCK_NEW(c, "pb");
+    kill(a.pid, SIGTERM);
+    st = activated_exit(&a, 5000);
+    ck_assert_msg(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+}
+END_TEST
+
+/* ------------------------------------------------------------ the admin endpoint */
+
+/* protected mode covers admin-listen as it does listen. */
+START_TEST(test_admin_protected)
+{
+    char out[4096], admin[64];
+
+    snprintf(admin, sizeof admin, "0.0.0.0:%d", h_free_port());
+    RUN(out, 1, "--listen", "127.0.0.1:7996", "--admin-listen", admin);
+    ck_assert_msg(strstr(out, "admin-listen: a non-loopback address needs requirepass") && nlines(out) == 1, "'%s'",
+                  out);
+    RUN(out, 0, "--test-config", "--admin-listen", admin, "--requirepass", "x");
+    ck_assert_str_eq(out, "OK\n");
+}
+END_TEST
+
 static Suite *server_suite(void)
 {
     Suite *s = suite_create("server");
     TCase *graph = tcase_create("graph");
     TCase *fds = tcase_create("descriptors");
+    TCase *prot = tcase_create("protected");
 
     tcase_add_checked_fixture(graph, h_setup_redis, h_teardown);
     tcase_set_timeout(graph, 120);
@@ -208,6 +419,13 @@ static Suite *server_suite(void)
     tcase_add_test(fds, test_emfile);
     tcase_add_test(fds, test_fd_limit);
     suite_add_tcase(s, fds);
+
+    tcase_add_checked_fixture(prot, h_setup_redis, h_teardown);
+    tcase_set_timeout(prot, 60);
+    tcase_add_test(prot, test_protected_by_value);
+    tcase_add_test(prot, test_protected_systemd);
+    tcase_add_test(prot, test_admin_protected);
+    suite_add_tcase(s, prot);
     return s;
 }
 
