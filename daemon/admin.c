@@ -15,6 +15,9 @@
 #include "server.h"
 #include "stats.h"
 
+#define ADMIN_MAX_HEADERS 8192 /* bytes of request line and headers; more gets 400 */
+#define ADMIN_TIMEOUT_S 5      /* a connection that sends or takes nothing this long is closed */
+
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type, struct evbuffer *body)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
@@ -71,6 +74,9 @@ int admin_start(struct dlockd *d)
     if ((d->http = evhttp_new(d->base)) == NULL)
         fatalx("admin: out of memory");
     evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_max_headers_size(d->http, ADMIN_MAX_HEADERS);
+    evhttp_set_max_body_size(d->http, 0);
+    evhttp_set_timeout(d->http, ADMIN_TIMEOUT_S);
     evhttp_set_cb(d->http, "/metrics", on_metrics, d);
     evhttp_set_cb(d->http, "/healthz", on_healthz, d);
     evhttp_set_cb(d->http, "/status", on_status, d);

@@ -388,6 +388,26 @@ END_TEST
 
 /* ------------------------------------------------------------ the admin endpoint */
 
+#define FLOOD_CONNS 8               /* connections that each send FLOOD_BYTES of headers */
+#define FLOOD_BYTES (1024 * 1024)
+
+/* Resident memory of pid, in kB. */
+static long long rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long long kb = -1;
+    FILE *f;
+
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if ((f = fopen(path, "r")) == NULL)
+        H_FAIL("cannot read %s", path);
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
 /* protected mode covers admin-listen as it does listen. */
 START_TEST(test_admin_protected)
 {
@@ -399,6 +419,52 @@ START_TEST(test_admin_protected)
                   out);
     RUN(out, 0, "--test-config", "--admin-listen", admin, "--requirepass", "x");
     ck_assert_str_eq(out, "OK\n");
+}
+END_TEST
+
+/* Megabytes of headers are refused after a few KiB without being buffered,
+ * a request that never ends is closed, and only GET and HEAD are served. */
+START_TEST(test_admin_limits)
+{
+    int port = h_free_port();
+    char admin[64], *pad = malloc(FLOOD_BYTES);
+    struct h_dlockd *d;
+    struct h_conn *c[FLOOD_CONNS];
+    long long rss;
+    const char *l;
+    int64_t t0;
+
+    snprintf(admin, sizeof admin, "127.0.0.1:%d", port);
+    d = h_dlockd_start(R->port, H_ARGS("--admin-listen", admin));
+    ck_assert_int_eq(h_http_get(port, "/metrics", NULL, NULL, H_TIMEOUT), 200);
+    memset(pad, 'a', FLOOD_BYTES);
+    rss = rss_kb(d->pid);
+    for (int i = 0; i < FLOOD_CONNS; i++) {
+        c[i] = H_CONNECT(port);
+        ck_assert_int_eq(setsockopt(c[i]->fd, SOL_SOCKET, SO_SNDTIMEO, &(struct timeval){ 2, 0 },
+                                    sizeof(struct timeval)), 0);
+        h_send_raw(c[i], "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: ", 37);
+        h_send_raw(c[i], pad, FLOOD_BYTES); /* fails once dlockd has closed */
+    }
+    for (int i = 0; i < FLOOD_CONNS; i++) {
+        l = h_line(c[i], 2000);
+        ck_assert_msg(l != NULL ? h_match(l, "HTTP/1.1 4%d %*") : c[i]->eof, "headers of 1 MiB: '%s'",
+                      l ? l : "(nothing)");
+    }
+    ck_assert_msg(rss_kb(d->pid) - rss < 4096, "RSS grew from %lld to %lld kB", rss, rss_kb(d->pid));
+    free(pad);
+
+    c[0] = H_CONNECT(port);
+    h_send_raw(c[0], "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n", 46);
+    l = h_line(c[0], H_TIMEOUT);
+    ck_assert_msg(l != NULL && (h_match(l, "HTTP/1.%d 405 %*") || h_match(l, "HTTP/1.%d 501 %*")), "POST: '%s'",
+                  l ? l : "(nothing)");
+
+    c[0] = H_CONNECT(port);
+    h_send_raw(c[0], "GET /metrics HTTP/1.1\r\n", 23);
+    t0 = h_now_ms();
+    ck_assert_msg(h_wait_eof(c[0], 8000), "an unfinished request still open after 8 s");
+    ck_assert_msg(h_now_ms() - t0 >= 3000, "closed after %lld ms", (long long)(h_now_ms() - t0));
 }
 END_TEST
 
@@ -425,6 +491,7 @@ static Suite *server_suite(void)
     tcase_add_test(prot, test_protected_by_value);
     tcase_add_test(prot, test_protected_systemd);
     tcase_add_test(prot, test_admin_protected);
+    tcase_add_test(prot, test_admin_limits);
     suite_add_tcase(s, prot);
     return s;
 }
