@@ -109,6 +109,18 @@ static int blocks(const struct hold *h, const char *who, char mode)
     return mode == 'x' || h->hid[0] == 'x';
 }
 
+/* Queues o, reached for the first time in this search. */
+static void enqueue(struct search *sr, struct waiter *o)
+{
+    o->visit = sr->d->deadlock->visit;
+    o->next = NULL;
+    if (sr->tail)
+        sr->tail->next = o;
+    else
+        sr->head = o;
+    sr->tail = o;
+}
+
 /* Follows the edges of who waiting for names in mode: 1 when one reaches
  * the target, -1 when the budget ran out, else 0 (owners reached for the
  * first time are queued). */
@@ -133,15 +145,8 @@ static int follow(struct search *sr, const char *who, char mode, int nnames, con
                 continue;
             if (strcmp(h->hid + 1, sr->target) == 0)
                 return 1;
-            if ((o = dict_get(g->waiters, h->hid + 1)) == NULL || o->visit == g->visit)
-                continue;
-            o->visit = g->visit;
-            o->next = NULL;
-            if (sr->tail)
-                sr->tail->next = o;
-            else
-                sr->head = o;
-            sr->tail = o;
+            if ((o = dict_get(g->waiters, h->hid + 1)) != NULL && o->visit != g->visit)
+                enqueue(sr, o);
         }
     }
     return 0;
