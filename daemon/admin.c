@@ -1,5 +1,6 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
  * (200 only while Redis is reachable) and /status (the INFO document). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,11 @@
 #include "dlockd.h"
 #include "log.h"
 #include "redis.h"
+#include "server.h"
 #include "stats.h"
+
+#define ADMIN_MAX_HEADERS 8192 /* bytes of request line and headers; more gets 400 */
+#define ADMIN_TIMEOUT_S 5      /* a connection that sends or takes nothing this long is closed */
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type, struct evbuffer *body)
 {
@@ -69,6 +74,9 @@ int admin_start(struct dlockd *d)
     if ((d->http = evhttp_new(d->base)) == NULL)
         fatalx("admin: out of memory");
     evhttp_set_allowed_methods(d->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
+    evhttp_set_max_headers_size(d->http, ADMIN_MAX_HEADERS);
+    evhttp_set_max_body_size(d->http, 0);
+    evhttp_set_timeout(d->http, ADMIN_TIMEOUT_S);
     evhttp_set_cb(d->http, "/metrics", on_metrics, d);
     evhttp_set_cb(d->http, "/healthz", on_healthz, d);
     evhttp_set_cb(d->http, "/status", on_status, d);
@@ -79,6 +87,34 @@ int admin_start(struct dlockd *d)
     }
     log_info("admin: http://%s:%d/metrics", a->host, a->port);
     return 0;
+}
+
+struct exposed {
+    struct dlockd *d;
+    char *buf;  /* where the first exposed socket is named */
+    size_t len;
+    int found;
+};
+
+static void check_bound(struct evhttp_bound_socket *b, void *arg)
+{
+    struct exposed *e = arg;
+    const struct addr *a = &e->d->cfg.admin;
+    char bound[128];
+
+    if (!e->found && server_fd_exposed(evhttp_bound_socket_get_fd(b), bound, sizeof(bound))) {
+        snprintf(e->buf, e->len, "admin-listen %s:%d (bound to %s)", a->host, a->port, bound);
+        e->found = 1;
+    }
+}
+
+int admin_exposed(struct dlockd *d, char *buf, size_t len)
+{
+    struct exposed e = { d, buf, len, 0 };
+
+    if (d->http)
+        evhttp_foreach_bound_socket(d->http, check_bound, &e);
+    return e.found;
 }
 
 void admin_stop(struct dlockd *d)

@@ -1,9 +1,13 @@
 /* config.c - defaults, config file and command line, validated into a struct config. */
 #include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "config.h"
 #include "proto.h"
@@ -240,18 +244,48 @@ static int load_args(struct config *cfg, int argc, char **argv, char *err, size_
     return 0;
 }
 
-static int is_loopback(const struct addr *a)
+int config_loopback(const struct sockaddr *sa)
 {
-    return a->is_unix || strcmp(a->host, "localhost") == 0 || strncmp(a->host, "127.", 4) == 0 ||
-        strcmp(a->host, "::1") == 0 || strcmp(a->host, "[::1]") == 0;
+    const struct in6_addr *in6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+    if (sa->sa_family == AF_UNIX)
+        return 1;
+    if (sa->sa_family == AF_INET)
+        return ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24 == 127;
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(in6) || (IN6_IS_ADDR_V4MAPPED(in6) && in6->s6_addr[12] == 127);
+    return 0;
+}
+
+/* 1 when a is a TCP address given as a number outside loopback. A host
+ * name is judged by the address it is bound to (server.c, admin.c): it is
+ * not looked up here, where a reload must not wait for DNS. */
+static int is_public(const struct addr *a)
+{
+    struct addrinfo hints, *res;
+    int public;
+
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_flags = AI_NUMERICHOST;
+    hints.ai_socktype = SOCK_STREAM;
+    if (a->is_unix || getaddrinfo(a->host, NULL, &hints, &res) != 0)
+        return 0;
+    public = !config_loopback(res->ai_addr);
+    freeaddrinfo(res);
+    return public;
 }
 
 static int validate(const struct config *cfg, char *err, size_t errlen)
 {
+    int unguarded = cfg->protected_mode && cfg->requirepass == NULL;
+
     for (int i = 0; i < cfg->nlisten; i++)
-        if (cfg->protected_mode && cfg->requirepass == NULL && !is_loopback(&cfg->listen[i]))
+        if (unguarded && is_public(&cfg->listen[i]))
             return fail(err, errlen, "config", "listen",
                         "a non-loopback address needs requirepass (or protected-mode no)");
+    if (unguarded && cfg->admin_on && is_public(&cfg->admin))
+        return fail(err, errlen, "config", "admin-listen",
+                    "a non-loopback address needs requirepass (or protected-mode no)");
     if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
         return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
     if (cfg->session_ttl_min > cfg->session_ttl_max)

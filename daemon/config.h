@@ -9,6 +9,8 @@
 
 #define CONFIG_MAX_LISTEN 16
 
+struct sockaddr;
+
 struct addr {
     int is_unix;    /* 1 for unix:PATH */
     char host[256]; /* TCP host */
@@ -60,6 +62,8 @@ struct config {
 int config_parse_addr(const char *s, struct addr *a);
 /* Formats an address for logs. */
 const char *config_addr_str(const struct addr *a, char *buf, size_t len);
+/* 1 when sa is in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104, or a unix socket: protected mode allows it. */
+int config_loopback(const struct sockaddr *sa);
 
 /*
  * Loads defaults, then FILE (may be NULL), then `--key value` pairs from

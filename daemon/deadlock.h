@@ -2,13 +2,25 @@
 #ifndef DLOCKD_DEADLOCK_H
 #define DLOCKD_DEADLOCK_H
 
+#define DEADLOCK_BUDGET 10000 /* names and holds one search looks at, at most */
+
 struct dlockd;
+struct wait;
+
+/* The graph's index: the LOCK waits of each owner. */
+struct deadlock *deadlock_new(void);
+void deadlock_free(struct deadlock *g);
+/* Puts w, a wait that has joined its session's waits, in the graph (only LOCK waits are edges). */
+void deadlock_add(struct dlockd *d, struct wait *w);
+/* Takes w out of the graph, as it leaves its session's waits. */
+void deadlock_remove(struct dlockd *d, struct wait *w);
 
 /*
  * 1 when a request of who (session:owner) to hold names in mode (x or s)
  * would wait for holders that, through their own waits on this daemon,
  * wait for who: a cycle that no grant can ever break. Holds and waits of
- * other daemons are not seen.
+ * other daemons are not seen. The search looks at DEADLOCK_BUDGET names
+ * and holds at most; past them it returns 0, and the request waits unchecked.
  */
 int deadlock_check(struct dlockd *d, const char *who, char mode, int nnames, const char *const *names);
 

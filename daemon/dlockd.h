@@ -14,6 +14,7 @@
 struct event_base;
 struct event;
 struct dict;
+struct deadlock;
 struct redis;
 struct server;
 struct conn;
@@ -36,6 +37,7 @@ struct dlockd {
     struct args *args;          /* the command line, for reloads */
     struct dict *sessions;      /* session id -> struct session */
     struct dict *waits;         /* wid -> struct wait */
+    struct deadlock *deadlock;  /* the waits of each owner: the wait-for graph */
     struct dict *names;         /* name -> struct lname: the holds, by name */
     uint64_t nholds;            /* holds of all sessions */
     struct dict *latches;       /* name -> struct awaiters of a latch */

@@ -10,6 +10,7 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
@@ -59,6 +60,21 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(d->base, &flush);
 }
 
+/* Protected mode, judged by the addresses the listeners are bound to (host
+ * names and sockets from systemd included): without requirepass, each must
+ * be loopback or a unix socket. Returns 0, or -1 after logging which is not. */
+static int check_protected(struct dlockd *d, const char *requirepass)
+{
+    char where[512];
+
+    if (!d->cfg.protected_mode || requirepass != NULL)
+        return 0;
+    if (!server_exposed(d, where, sizeof(where)) && !admin_exposed(d, where, sizeof(where)))
+        return 0;
+    log_warnx("protected mode: %s is not a loopback address: it needs requirepass (or protected-mode no)", where);
+    return -1;
+}
+
 /* Reads the config again; live keys change now, the others need a restart. */
 static void on_reload(evutil_socket_t sig, short what, void *arg)
 {
@@ -72,8 +88,11 @@ static void on_reload(evutil_socket_t sig, short what, void *arg)
     notify("RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=reloading the config", (unsigned long long)now_us());
     if (config_load(&fresh, a->file, a->argc, a->argv, err, sizeof(err))) {
         log_warnx("config: reload failed: %s; keeping the old config", err);
+    } else if (check_protected(d, fresh.requirepass)) {
+        log_warnx("config: reload failed: requirepass: protected mode needs it; keeping the old config");
     } else {
         config_apply_live(&d->cfg, &fresh, restart, sizeof(restart));
+        server_fd_limit(&d->cfg);
         log_set_level(d->cfg.log_level);
         log_set_syslog(d->cfg.log_syslog);
         if (restart[0])
@@ -127,6 +146,7 @@ static void dlockd_free(struct dlockd *d)
         event_free(d->renew_timer);
     dict_free(d->sessions);
     dict_free(d->waits);
+    deadlock_free(d->deadlock);
     dict_free(d->names);
     dict_free(d->latches);
     deadlines_free(d->deadlines);
@@ -183,10 +203,11 @@ int main(int argc, char **argv)
     d.deadlines = deadlines_new(d.base);
     d.sessions = dict_new();
     d.waits = dict_new();
+    d.deadlock = deadlock_new();
     d.names = dict_new();
     d.latches = dict_new();
     conn_init(&d);
-    if (server_listen(&d) || admin_start(&d)) {
+    if (server_listen(&d) || admin_start(&d) || check_protected(&d, d.cfg.requirepass)) {
         dlockd_free(&d);
         return 1;
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
@@ -32,8 +33,10 @@ static void wait_free(struct wait *w)
     struct dlockd *d = w->d;
 
     dict_del(d->waits, w->wid);
-    if (w->s)
+    if (w->s) {
         TAILQ_REMOVE(&w->s->waits, w, in_session);
+        deadlock_remove(d, w);
+    }
     if (w->req)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
@@ -436,6 +439,7 @@ static void wait_abandon(struct wait *w)
 
     if (w->s) {
         TAILQ_REMOVE(&w->s->waits, w, in_session);
+        deadlock_remove(w->d, w);
         w->s = NULL;
     }
     if (r)
@@ -532,6 +536,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     if (w->wait_ms > 0)
         deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
+    deadlock_add(d, w);
     r->gone = on_req_gone;
     r->quit = on_req_quit;
     r->ctx = w;
