@@ -129,10 +129,11 @@ int dlock_options_set_event_callback(dlock_options_t *o, dlock_event_cb cb, void
 /*
  * Connects to the first address that answers, says HELLO and starts the
  * handle's I/O thread, which sends a heartbeat every ttl/3 and reconnects
- * after a dropped connection, resuming the session while its ttl lasts
- * (holds and waiting calls carry on). If the session is gone by then, every
- * hold is reported lost and a new session starts. o may be NULL (defaults)
- * and may be freed after the call. On success *hp is the handle.
+ * after a dropped connection, resuming the session (with the secret HELLO
+ * gave) while its ttl lasts: holds and waiting calls carry on. If the
+ * session is gone by then, every hold is reported lost and a new session
+ * starts. o may be NULL (defaults) and may be freed after the call. On
+ * success *hp is the handle.
  * Errors: DLOCK_ERR_CONN (no address answered), DLOCK_ERR_NOAUTH, DLOCK_ERR_INVAL, ...
  */
 int dlock_connect(dlock_t **hp, const dlock_options_t *o);

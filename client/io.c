@@ -144,6 +144,7 @@ static void session_dead(struct dlock *h, const char *reason)
     if (h->session_dead || h->session[0] == '\0')
         return;
     h->session_dead = 1;
+    explicit_bzero(h->secret, sizeof(h->secret));
     holds_foreach(&h->holds, lose_one, &a);
     for (r = h->reqs; r; r = next) {
         next = r->next;
@@ -315,13 +316,22 @@ struct hello {
     int64_t sent;                    /* when HELLO was sent */
     int64_t ttl;                     /* granted */
     char sid[PROTO_STR_MAX + 1];     /* session id */
+    char secret[PROTO_STR_MAX + 1];  /* its secret; "" when the server has none */
+};
+
+/* What the next HELLO says: the session to resume, with its secret, or a new session. */
+struct resume {
+    int fresh;                       /* start a new session */
+    int cur;                         /* index of the address the session lives on */
+    char sid[PROTO_STR_MAX + 1];
+    char secret[PROTO_STR_MAX + 1];
 };
 
 /* The HELLO reply into out. 0 or a DLOCK_ERR_*. */
 static int parse_hello(char *reply, struct hello *out)
 {
     struct proto_reply rp;
-    const char *sid, *ttl;
+    const char *sid, *ttl, *secret;
 
     if (proto_parse_reply(reply, &rp) < 0)
         return DLOCK_ERR_PROTO;
@@ -329,22 +339,26 @@ static int parse_hello(char *reply, struct hello *out)
         return dl_err_from_proto(rp.err);
     sid = proto_reply_get(&rp, "session");
     ttl = proto_reply_get(&rp, "ttl");
+    secret = proto_reply_get(&rp, "secret");
     if (strcmp(rp.status, "OK") != 0 || sid == NULL || ttl == NULL || proto_duration(ttl, 0, &out->ttl) < 0 ||
-        out->ttl <= 0)
+        out->ttl <= 0 || (secret && !dl_valid_value(secret)))
         return DLOCK_ERR_PROTO;
     snprintf(out->sid, sizeof(out->sid), "%s", sid);
+    snprintf(out->secret, sizeof(out->secret), "%s", secret ? secret : "");
     return 0;
 }
 
-/* Says HELLO on fd (resuming sid when not NULL). 0 or a DLOCK_ERR_*. */
-static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, struct hello *out)
+/* Says HELLO on fd, resuming rs's session unless rs is NULL. 0 or a DLOCK_ERR_*. */
+static int hello(struct dlock *h, int fd, const struct resume *rs, int64_t deadline, struct hello *out)
 {
     char *line = NULL, *reply;
-    size_t len = 0, cap = 0;
+    size_t len = 0, cap = 0, rlen;
     int rc, bad = dl_appendf(&line, &len, &cap, "#hello HELLO");
 
-    if (!bad && sid)
-        bad = dl_appendf(&line, &len, &cap, " session=%s", sid);
+    if (!bad && rs)
+        bad = dl_appendf(&line, &len, &cap, " session=%s", rs->sid);
+    if (!bad && rs && rs->secret[0])
+        bad = dl_appendf(&line, &len, &cap, " secret=%s", rs->secret);
     if (!bad && h->opt.ttl_ms > 0)
         bad = dl_appendf(&line, &len, &cap, " ttl=%lld", h->opt.ttl_ms);
     if (!bad && h->opt.name[0])
@@ -352,16 +366,20 @@ static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, str
     if (!bad && h->opt.password[0])
         bad = dl_appendf(&line, &len, &cap, " auth=%s", h->opt.password);
     if (bad || dl_appendf(&line, &len, &cap, "\n") < 0) {
+        if (line)
+            explicit_bzero(line, cap);
         free(line);
         return DLOCK_ERR_NOMEM;
     }
     out->sent = dl_now();
     bad = send_all(fd, line, len, deadline);
-    memset(line, 0, len); /* it may carry the password */
+    explicit_bzero(line, len); /* it may carry the password and the secret */
     free(line);
     if (bad || (reply = sync_reply(h, fd, "hello", deadline)) == NULL)
         return DLOCK_ERR_CONN;
+    rlen = strlen(reply);
     rc = parse_hello(reply, out);
+    explicit_bzero(reply, rlen);
     free(reply);
     return rc;
 }
@@ -376,6 +394,8 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
     h->up = 1;
     h->cur = idx;
     memcpy(h->session, hl->sid, sizeof(h->session));
+    if (hl->secret[0] || !resumed)
+        memcpy(h->secret, hl->secret, sizeof(h->secret));
     h->session_dead = 0;
     h->ttl = hl->ttl;
     h->safe_until = hl->sent + hl->ttl;
@@ -394,46 +414,58 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
         io_queue(h, "#bye QUIT\n", 10); /* shut down meanwhile: end the session now */
 }
 
-/* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */
-static int try_connect(struct dlock *h)
+/* One connection attempt on address idx, with its HELLO. 0 once the connection is in use, else a DLOCK_ERR_*.
+ * Called without h->mu. */
+static int attempt(struct dlock *h, int idx, const struct resume *rs)
 {
-    char sid[PROTO_STR_MAX + 1];
-    int naddr = h->opt.naddrs, rc = DLOCK_ERR_CONN, fresh, cur, tries;
+    int64_t deadline = dl_now() + h->opt.connect_ms;
+    int fd, rc, resumed = !rs->fresh;
+    struct hello hl;
 
-    pthread_mutex_lock(&h->mu);
-    fresh = h->session_dead || h->session[0] == '\0';
-    memcpy(sid, h->session, sizeof(sid));
-    cur = h->cur;
-    pthread_mutex_unlock(&h->mu);
-    /* A live session exists only on its own server: try others only once it is surely gone. */
-    tries = fresh ? naddr : 1;
-    for (int i = 0; i < tries; i++) {
-        int idx = (cur + i) % naddr, fd, resumed = 0;
-        int64_t deadline = dl_now() + h->opt.connect_ms;
-        struct hello hl;
-
-        if ((fd = dial(&h->opt.addrs[idx], deadline)) < 0)
-            continue;
-        proto_lines_free(&h->lines);
-        proto_lines_init(&h->lines, DL_REPLY_MAX);
-        rc = hello(h, fd, fresh ? NULL : sid, deadline, &hl);
-        if (rc == 0 && !fresh)
-            resumed = 1;
-        if (rc == DLOCK_ERR_NOSESSION) {
-            pthread_mutex_lock(&h->mu);
-            session_dead(h, "expired");
-            pthread_mutex_unlock(&h->mu);
-            rc = hello(h, fd, NULL, deadline, &hl);
-        }
-        if (rc != 0) {
-            close(fd);
-            continue;
-        }
+    if ((fd = dial(&h->opt.addrs[idx], deadline)) < 0)
+        return DLOCK_ERR_CONN;
+    proto_lines_free(&h->lines);
+    proto_lines_init(&h->lines, DL_REPLY_MAX);
+    rc = hello(h, fd, resumed ? rs : NULL, deadline, &hl);
+    if (rc == DLOCK_ERR_NOSESSION && resumed) {
+        pthread_mutex_lock(&h->mu);
+        session_dead(h, "expired");
+        pthread_mutex_unlock(&h->mu);
+        resumed = 0;
+        rc = hello(h, fd, NULL, deadline, &hl);
+    }
+    if (rc == 0) {
         pthread_mutex_lock(&h->mu);
         install(h, fd, idx, &hl, resumed);
         pthread_mutex_unlock(&h->mu);
-        return 0;
+    } else {
+        close(fd);
     }
+    explicit_bzero(&hl, sizeof(hl));
+    return rc;
+}
+
+/* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */
+static int try_connect(struct dlock *h)
+{
+    struct resume rs;
+    int rc = DLOCK_ERR_CONN, tries;
+
+    pthread_mutex_lock(&h->mu);
+    rs.fresh = h->session_dead || h->session[0] == '\0';
+    rs.cur = h->cur;
+    memcpy(rs.sid, h->session, sizeof(rs.sid));
+    memcpy(rs.secret, h->secret, sizeof(rs.secret));
+    pthread_mutex_unlock(&h->mu);
+    /* A live session exists only on its own server: try others only once it is surely gone. */
+    tries = rs.fresh ? h->opt.naddrs : 1;
+    for (int i = 0; i < tries && rc != 0; i++) {
+        int r = attempt(h, (rs.cur + i) % h->opt.naddrs, &rs);
+
+        if (r != DLOCK_ERR_CONN)
+            rc = r; /* a server's answer says more than an address that does not answer */
+    }
+    explicit_bzero(&rs, sizeof(rs));
     return rc;
 }
 
