@@ -643,11 +643,11 @@ static void *io_main(void *arg)
 
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        if (h->fd < 0 && reconnect(h, &backoff) < 0)
-            break;
         if (h->fd >= 0)
             serve(h);
-        deliver(h);
+        else if (reconnect(h, &backoff) < 0)
+            break;
+        deliver(h); /* before the next wait: the events of a reconnect are not held up by a poll */
     }
     if (h->fd >= 0) {
         flush_out(h); /* a QUIT queued at the last moment */

@@ -935,6 +935,7 @@ START_TEST(test_resume_sends_the_secret)
         struct fake *f = &fakes[k];
         char sid[32], sid2[32], want[128], sent[256];
         dlock_t *h;
+        int64_t t0;
         int from;
 
         fake_start(f);
@@ -942,8 +943,11 @@ START_TEST(test_resume_sends_the_secret)
         ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
         ck_assert_int_eq(dlock_lock(h, "kept", 0, 0, NULL), 0);
         from = events_now();
+        t0 = h_now_ms();
         fake_drop(f);
         ck_assert_int_ge(wait_event_from(from, DLOCK_EVENT_SAFE, NULL, 5000), 0);
+        /* at once, not after the next heartbeat (ttl/3) */
+        ck_assert_msg(h_now_ms() - t0 < 1000, "SAFE %lld ms after the drop", (long long)(h_now_ms() - t0));
         ck_assert_int_eq(dlock_ping(h), 0);
         ck_assert_int_eq(dlock_session(h, sid2, sizeof sid2), 0);
         ck_assert_str_eq(sid, sid2);
