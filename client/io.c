@@ -4,7 +4,10 @@
  * resuming the session while it can still be alive.
  *
  * The session is alive until (send time of the last acknowledged heartbeat) + ttl, on
- * the monotonic clock: the server renews it no earlier than it receives that PING. */
+ * the monotonic clock: the server renews it no earlier than it receives that PING. Its holds
+ * are trusted for less when the server tells its lock-lease (HELLO lease=): a dlockd that
+ * died or lost Redis renews nothing, so holds that no answer confirmed in time are lost
+ * ("jeopardy") before their Redis lease could run out and someone else be granted them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -120,6 +123,33 @@ static void set_jeopardy(struct dlock *h, unsigned bit, int on, const char *reas
 
 /* ---------------------------------------------------------------- session state */
 
+/*
+ * How long holds outlive a confirmation on a server whose lock-lease is lease ms (0: not
+ * told). dlockd renews every hold's lease every lease/3, so whenever it answers, a hold has
+ * at least 2/3 of it left; the margin covers the clocks and the time it takes to tell the
+ * application: a tenth of the lease, at least 500 ms, at most half of what is left.
+ */
+static int64_t trust_of(int64_t lease)
+{
+    int64_t left = lease * 2 / 3, margin = lease / 10 > 500 ? lease / 10 : 500;
+
+    return left - (margin < left / 2 ? margin : left / 2);
+}
+
+/* The time within which a heartbeat must be answered: the ttl, or the trust when shorter. */
+static int64_t period(const struct dlock *h)
+{
+    return h->trust > 0 && h->trust < h->ttl ? h->trust : h->ttl;
+}
+
+/* When the session may have expired, or its holds lapsed unconfirmed: too late to resume it. */
+static int64_t session_end(const struct dlock *h)
+{
+    int64_t holds = h->confirmed + h->trust;
+
+    return h->trust > 0 && holds < h->safe_until ? holds : h->safe_until;
+}
+
 struct lost_arg {
     struct dlock *h;
     const char *name;           /* only holds of this name (NULL: all) */
@@ -154,6 +184,15 @@ static void session_dead(struct dlock *h, const char *reason)
     set_jeopardy(h, J_HB | J_BACKEND, 0, NULL);
 }
 
+/* Ends the session once session_end() has come (caller holds h->mu). 1 when it did now. */
+static int session_due(struct dlock *h, int64_t now)
+{
+    if (h->session[0] == '\0' || h->session_dead || now < session_end(h))
+        return 0;
+    session_dead(h, now >= h->safe_until ? "expired" : "jeopardy");
+    return 1;
+}
+
 static void on_event(struct dlock *h, const struct proto_reply *rp)
 {
     const char *reason = proto_reply_get(rp, "reason");
@@ -168,6 +207,7 @@ static void on_event(struct dlock *h, const struct proto_reply *rp)
         set_jeopardy(h, J_BACKEND, 1, "backend");
     } else if (strcmp(rp->status, "SAFE") == 0) {
         set_jeopardy(h, J_BACKEND, 0, NULL);
+        h->next_hb = dl_now(); /* its answer confirms the holds */
     } else if (strcmp(rp->status, "BYE") == 0) {
         session_dead(h, reason ? reason : "shutdown");
     }
@@ -176,12 +216,16 @@ static void on_event(struct dlock *h, const struct proto_reply *rp)
 static void on_heartbeat(struct dlock *h, const struct proto_reply *rp)
 {
     unsigned long long n;
+    int64_t sent;
 
     if (dl_parse_ull(rp->tag + 2, &n) < 0 || n > h->hb_seq || h->hb_seq - n >= DL_HB_RING ||
         strcmp(rp->status, "OK") != 0)
         return;
-    if (h->hb_sent[n % DL_HB_RING] + h->ttl > h->safe_until)
-        h->safe_until = h->hb_sent[n % DL_HB_RING] + h->ttl;
+    sent = h->hb_sent[n % DL_HB_RING];
+    if (sent + h->ttl > h->safe_until)
+        h->safe_until = sent + h->ttl;
+    if (!(h->jeopardy & J_BACKEND) && sent > h->confirmed)
+        h->confirmed = sent; /* a dlockd in touch with Redis renews the holds */
     set_jeopardy(h, J_HB, 0, NULL);
 }
 
@@ -315,6 +359,7 @@ static char *sync_reply(struct dlock *h, int fd, const char *tag, int64_t deadli
 struct hello {
     int64_t sent;                    /* when HELLO was sent */
     int64_t ttl;                     /* granted */
+    int64_t lease;                   /* the server's lock-lease; 0 when it does not say */
     char sid[PROTO_STR_MAX + 1];     /* session id */
     char secret[PROTO_STR_MAX + 1];  /* its secret; "" when the server has none */
 };
@@ -323,6 +368,7 @@ struct hello {
 struct resume {
     int fresh;                       /* start a new session */
     int cur;                         /* index of the address the session lives on */
+    int64_t until;                   /* too late to resume from then on (DL_INF when fresh) */
     char sid[PROTO_STR_MAX + 1];
     char secret[PROTO_STR_MAX + 1];
 };
@@ -331,7 +377,7 @@ struct resume {
 static int parse_hello(char *reply, struct hello *out)
 {
     struct proto_reply rp;
-    const char *sid, *ttl, *secret;
+    const char *sid, *ttl, *secret, *lease;
 
     if (proto_parse_reply(reply, &rp) < 0)
         return DLOCK_ERR_PROTO;
@@ -340,9 +386,13 @@ static int parse_hello(char *reply, struct hello *out)
     sid = proto_reply_get(&rp, "session");
     ttl = proto_reply_get(&rp, "ttl");
     secret = proto_reply_get(&rp, "secret");
+    lease = proto_reply_get(&rp, "lease");
     if (strcmp(rp.status, "OK") != 0 || sid == NULL || ttl == NULL || proto_duration(ttl, 0, &out->ttl) < 0 ||
-        out->ttl <= 0 || (secret && !dl_valid_value(secret)))
+        out->ttl <= 0 || (secret && !dl_valid_value(secret)) ||
+        (lease && (proto_duration(lease, 0, &out->lease) < 0 || out->lease <= 0)))
         return DLOCK_ERR_PROTO;
+    if (lease == NULL)
+        out->lease = 0;
     snprintf(out->sid, sizeof(out->sid), "%s", sid);
     snprintf(out->secret, sizeof(out->secret), "%s", secret ? secret : "");
     return 0;
@@ -398,8 +448,11 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
         memcpy(h->secret, hl->secret, sizeof(h->secret));
     h->session_dead = 0;
     h->ttl = hl->ttl;
+    h->trust = trust_of(hl->lease);
     h->safe_until = hl->sent + hl->ttl;
-    h->next_hb = dl_now() + hl->ttl / 3;
+    if (!resumed || !(h->jeopardy & J_BACKEND))
+        h->confirmed = hl->sent; /* it still had the session, and renewed the holds */
+    h->next_hb = dl_now() + period(h) / 3;
     set_jeopardy(h, J_CONN | J_HB | (resumed ? 0 : J_BACKEND), 0, NULL);
     for (r = h->reqs; r; r = next) {
         next = r->next;
@@ -418,7 +471,7 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
  * Called without h->mu. */
 static int attempt(struct dlock *h, int idx, const struct resume *rs)
 {
-    int64_t deadline = dl_now() + h->opt.connect_ms;
+    int64_t limit = dl_now() + h->opt.connect_ms, deadline = rs->until < limit ? rs->until : limit;
     int fd, rc, resumed = !rs->fresh;
     struct hello hl;
 
@@ -432,7 +485,7 @@ static int attempt(struct dlock *h, int idx, const struct resume *rs)
         session_dead(h, "expired");
         pthread_mutex_unlock(&h->mu);
         resumed = 0;
-        rc = hello(h, fd, NULL, deadline, &hl);
+        rc = hello(h, fd, NULL, limit, &hl);
     }
     if (rc == 0) {
         pthread_mutex_lock(&h->mu);
@@ -454,6 +507,7 @@ static int try_connect(struct dlock *h)
     pthread_mutex_lock(&h->mu);
     rs.fresh = h->session_dead || h->session[0] == '\0';
     rs.cur = h->cur;
+    rs.until = rs.fresh ? DL_INF : session_end(h);
     memcpy(rs.sid, h->session, sizeof(rs.sid));
     memcpy(rs.secret, h->secret, sizeof(rs.secret));
     pthread_mutex_unlock(&h->mu);
@@ -531,27 +585,29 @@ static int flush_out(struct dlock *h)
     return 0;
 }
 
-/* Heartbeats and the session deadline. Returns the ms until the next timer is due. */
+/* Heartbeats, and the deadlines of the session and its holds. Returns the ms until the next timer is due. */
 static int64_t timers(struct dlock *h)
 {
     int64_t now = dl_now(), next = DL_INF;
 
-    if (h->session[0] && !h->session_dead) {
-        if (now >= h->safe_until) {
-            session_dead(h, "expired");
-            if (h->fd >= 0) {
-                /* Our holds are reported lost: make sure they are released if the server still has them. */
-                (void)!send(h->fd, "#bye QUIT\n", 10, MSG_NOSIGNAL | MSG_DONTWAIT);
-                drop(h);
-            }
-            return 0;
+    if (session_due(h, now)) {
+        if (h->fd >= 0) {
+            /* Our holds are reported lost: make sure they are released if the server still has them. */
+            (void)!send(h->fd, "#bye QUIT\n", 10, MSG_NOSIGNAL | MSG_DONTWAIT);
+            drop(h);
         }
-        if (now >= h->safe_until - h->ttl / 3)
+        return 0;
+    }
+    if (h->session[0] && !h->session_dead) {
+        /* Two thirds of the period without an answer: holds are in jeopardy. */
+        int64_t late = h->safe_until - h->ttl + period(h) - period(h) / 3;
+
+        if (now >= late)
             set_jeopardy(h, J_HB, 1, "heartbeat");
-        else if (h->safe_until - h->ttl / 3 < next)
-            next = h->safe_until - h->ttl / 3;
-        if (h->safe_until < next)
-            next = h->safe_until;
+        else
+            next = late;
+        if (session_end(h) < next)
+            next = session_end(h);
     }
     if (h->up) {
         if (now >= h->next_hb) {
@@ -560,7 +616,7 @@ static int64_t timers(struct dlock *h)
 
             h->hb_sent[h->hb_seq % DL_HB_RING] = now;
             io_queue(h, line, (size_t)n);
-            h->next_hb = now + (h->ttl / 3 > 0 ? h->ttl / 3 : 1);
+            h->next_hb = now + (period(h) / 3 > 0 ? period(h) / 3 : 1);
         }
         if (h->next_hb < next)
             next = h->next_hb;
@@ -590,6 +646,8 @@ static int reconnect(struct dlock *h, int64_t *backoff)
         nap(h, -1);
         return 0;
     }
+    if (session_due(h, dl_now()))
+        return 0; /* the loss is told before the next attempt */
     pthread_mutex_unlock(&h->mu);
     rc = try_connect(h);
     pthread_mutex_lock(&h->mu);

@@ -600,6 +600,15 @@ static void fake_start(struct fake *f)
     ck_assert_int_eq(pthread_create(&f->t, NULL, fake_main, f), 0);
 }
 
+/* Sends text on the connection being served (an event, say). */
+static void fake_send(struct fake *f, const char *text)
+{
+    pthread_mutex_lock(&f->mu);
+    ck_assert_int_ge(f->fd, 0);
+    ck_assert_int_eq(write(f->fd, text, strlen(text)), (ssize_t)strlen(text));
+    pthread_mutex_unlock(&f->mu);
+}
+
 /* Breaks the connection being served; the next one is accepted. */
 static void fake_drop(struct fake *f)
 {
@@ -914,7 +923,22 @@ START_TEST(test_heartbeat_deadline_expires_session)
 }
 END_TEST
 
-/* ---------------------------------------------------------------- the session's secret */
+/* ---------------------------------------------------------------- the session's secret and its holds' lease */
+
+/* Waits until h is on a session other than sid; fails the test after timeout_ms. */
+static void wait_new_session(dlock_t *h, const char *sid, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    char cur[32];
+
+    do {
+        ck_assert_int_eq(dlock_session(h, cur, sizeof cur), 0);
+        if (strcmp(cur, sid) != 0)
+            return;
+        h_sleep_ms(10);
+    } while (h_now_ms() < deadline);
+    ck_abort_msg("still on session %s after %d ms", sid, timeout_ms);
+}
 
 static dlock_t *connect_fake(const struct fake *f)
 {
@@ -964,6 +988,88 @@ START_TEST(test_resume_sends_the_secret)
 }
 END_TEST
 
+/* Holds no answer confirms are lost before their Redis lease could run out: with a lease of
+ * 3 s, dlockd leaves a hold 2 s at least, and the library trusts it 1.5 s after an answer. */
+START_TEST(test_unconfirmed_holds_lost_in_time)
+{
+    struct fake f = {.lease = 3000};
+    dlock_t *h;
+    char sid[32];
+    int64_t t0, took;
+    int from, i;
+
+    fake_start(&f);
+    h = connect_fake(&f);
+    ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
+
+    /* A short break, resumed in time: nothing is lost, and the heartbeats go on confirming. */
+    ck_assert_int_eq(dlock_lock(h, "j1", 0, 0, NULL), 0);
+    from = events_now();
+    fake_drop(&f);
+    ck_assert_int_ge(wait_event_from(from, DLOCK_EVENT_SAFE, NULL, 3000), 0);
+    h_sleep_ms(2500);
+    ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 0);
+    ck_assert_int_eq(dlock_held(h, "j1"), 1);
+
+    /* * JEOPARDY: PINGs are still answered, but a dlockd cut off from Redis renews nothing. */
+    from = events_now();
+    t0 = h_now_ms();
+    fake_send(&f, "* JEOPARDY\n");
+    i = wait_event_from(from, DLOCK_EVENT_LOST, "j1", 5000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took >= 500 && took < 2000, "lost %lld ms after JEOPARDY", (long long)took);
+    ck_assert_int_eq(events[i].held_in_cb, DLOCK_ERR_LOST);
+    ck_assert_int_eq(dlock_held(h, "j1"), DLOCK_ERR_LOST);
+    /* That session is ended (QUIT releases what the server still has) and a new one begins. */
+    wait_new_session(h, sid, 5000);
+    ck_assert_int_eq(dlock_unlock(h, "j1", 0), DLOCK_ERR_LOST);
+
+    /* kill -9 of the server. */
+    ck_assert_int_eq(dlock_lock(h, "j2", 0, 0, NULL), 0);
+    from = events_now();
+    t0 = h_now_ms();
+    fake_kill(&f);
+    i = wait_event_from(from, DLOCK_EVENT_LOST, "j2", 5000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took < 2000, "lost %lld ms after the kill", (long long)took);
+    ck_assert_int_eq(dlock_held(h, "j2"), DLOCK_ERR_LOST);
+    dlock_close(h);
+}
+END_TEST
+
+/* A server that hangs answers nothing: the heartbeats are late, then the holds are lost in time. */
+START_TEST(test_hung_server_holds_lost_in_time)
+{
+    struct fake f = {.lease = 3000};
+    dlock_t *h;
+    int64_t t0, took;
+    int i, j;
+
+    fake_start(&f);
+    h = connect_fake(&f);
+    ck_assert_int_eq(dlock_lock(h, "hung", 0, 0, NULL), 0);
+    t0 = h_now_ms();
+    pthread_mutex_lock(&f.mu);
+    f.mute = 1;
+    pthread_mutex_unlock(&f.mu);
+    j = wait_event(DLOCK_EVENT_JEOPARDY, NULL, 3000);
+    i = wait_event(DLOCK_EVENT_LOST, "hung", 3000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(j, 0);
+    ck_assert_str_eq(events[j].reason, "heartbeat");
+    ck_assert_int_gt(i, j);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took < 2000, "lost %lld ms after the server hung", (long long)took);
+    ck_assert_int_eq(dlock_held(h, "hung"), DLOCK_ERR_LOST);
+    dlock_close(h);
+    ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 1);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -989,6 +1095,8 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_session_gone_reports_every_hold_lost);
     tcase_add_test(tc, test_heartbeat_deadline_expires_session);
     tcase_add_test(tc, test_resume_sends_the_secret);
+    tcase_add_test(tc, test_unconfirmed_holds_lost_in_time);
+    tcase_add_test(tc, test_hung_server_holds_lost_in_time);
     suite_add_tcase(s, tc);
     return s;
 }
