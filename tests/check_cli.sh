@@ -198,6 +198,22 @@ check "dlock reported the loss" grep -q "lost the lock lost (expired): sending S
 check "and the SIGKILL after the grace period" grep -q "sending SIGKILL" "$tmp/err"
 check "CMD is gone" sh -c "! kill -0 $(cat "$tmp/child") 2>/dev/null"
 
+# ---------------------------------------------------------------- run: a loss found after CMD ended
+
+# dlock is stopped past its session ttl while its short CMD ends: it learns of the loss only when
+# it goes on, and must not exit 0 then.
+: >"$tmp/child"
+"$DLOCK" run --ttl 1s late -- sh -c "echo \$\$ >'$tmp/child'; sleep 0.5" 2>"$tmp/err" &
+runner=$!
+pids="$pids $runner"
+wait_until 5000 test -s "$tmp/child"
+kill -STOP "$runner"
+sleep 2
+check "meanwhile another run gets the lock" "$DLOCK" run -n late -- true
+kill -CONT "$runner"
+wait "$runner"; status_is "a loss found after CMD ended" 76 $?
+check "dlock said so" grep -q "lost the lock late" "$tmp/err"
+
 # ---------------------------------------------------------------- man pages
 
 for page in dlockd.8 dlockd.conf.5 dlock.1 libdlock.3; do
