@@ -35,6 +35,7 @@ static void handle_free(struct dlock *h)
     free(h->line);
     free(h->out);
     memset(h->opt.password, 0, sizeof(h->opt.password));
+    explicit_bzero(h->secret, sizeof(h->secret));
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);

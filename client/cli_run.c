@@ -1,5 +1,6 @@
 /* cli_run.c - dlock run: hold a lock (or a semaphore permit) while a command runs, pass signals
- * on to it, and terminate it if the lock is lost.
+ * on to it, terminate it if the lock is lost, and fail unless the daemon confirms at the end that
+ * the lock was held throughout.
  *
  * The main thread waits on a signalfd and a pipe: the pipe brings the result of the lock
  * call (made in a thread of its own, so that a signal can cancel the wait) and the
@@ -237,13 +238,33 @@ static int supervise(struct run *r)
         case 'N':
             if (n.kind == 'L')
                 on_lost(r, n.reason);
-            else if (n.kind == 'J')
+            else if (n.kind == 'J' && !r->lost)
                 cli_msg(r->c, "jeopardy", "%s in jeopardy (%s): it may be lost", r->name, n.reason);
-            else if (n.kind == 'S')
+            else if (n.kind == 'S' && !r->lost) /* once lost, a new session's safety is not the lock's */
                 cli_msg(r->c, "safe", "%s is safe again", r->name);
             break;
         }
     }
+}
+
+/* CMD ended: gives the lock back. 0 when that shows it was held to the end, else -1 (said why). */
+static int release(struct run *r)
+{
+    const struct cli *c = r->c;
+    int rc;
+
+    if (c->limit > 0)
+        rc = dlock_release_ex(r->h, r->name, 1, RUN_OWNER);
+    else
+        rc = dlock_unlock_ex(r->h, &r->name, 1, c->shared ? DLOCK_SHARED : 0, RUN_OWNER, NULL);
+    if (rc >= 0)
+        return 0;
+    if (rc == DLOCK_ERR_LOST || rc == DLOCK_ERR_NOTHELD)
+        cli_msg(c, "lost", "lost the lock %s while %s ran (%s)", r->name, r->cmd[0], dlock_strerror(rc));
+    else
+        cli_msg(c, "lost", "cannot confirm that the lock %s was held until %s ended: %s", r->name, r->cmd[0],
+                dlock_strerror(rc));
+    return -1;
 }
 
 int cli_run(const struct cli *c, const char *name, char **cmd)
@@ -273,10 +294,15 @@ int cli_run(const struct cli *c, const char *name, char **cmd)
         return rc;
     }
     status = supervise(&r);
-    dlock_close(r.h); /* QUIT: the lock is released at once */
     if (r.lost) {
+        dlock_close(r.h);
         cli_msg(c, "terminated", "%s ended after the lock %s was lost", cmd[0], name);
         return CLI_EXIT_LOST;
     }
+    /* The lock may have been lost unnoticed (dlock was stopped, say): the release tells. */
+    rc = release(&r);
+    dlock_close(r.h);
+    if (rc < 0)
+        return CLI_EXIT_LOST;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

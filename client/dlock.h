@@ -77,8 +77,9 @@ struct dlock_event {
     const char *owner;        /* LOST: the owner of the hold */
     unsigned flags;           /* LOST: DLOCK_SHARED for a shared hold */
     unsigned long long token; /* LOST: token of the lost hold */
-    const char *reason;       /* LOST: "expired" (session ended), "lease", "backend", "admin",
-                                 "shutdown"; JEOPARDY: "connection", "heartbeat", "backend" */
+    const char *reason;       /* LOST: "expired" (session ended), "jeopardy" (not confirmed in
+                                 time, see dlock_connect), "lease", "backend", "admin", "shutdown";
+                                 JEOPARDY: "connection", "heartbeat", "backend" */
 };
 
 /*
@@ -128,11 +129,17 @@ int dlock_options_set_event_callback(dlock_options_t *o, dlock_event_cb cb, void
 
 /*
  * Connects to the first address that answers, says HELLO and starts the
- * handle's I/O thread, which sends a heartbeat every ttl/3 and reconnects
- * after a dropped connection, resuming the session while its ttl lasts
- * (holds and waiting calls carry on). If the session is gone by then, every
- * hold is reported lost and a new session starts. o may be NULL (defaults)
- * and may be freed after the call. On success *hp is the handle.
+ * handle's I/O thread, which sends heartbeats and reconnects after a
+ * dropped connection, resuming the session (with the secret HELLO gave)
+ * while its ttl lasts: holds and waiting calls carry on. If the session is
+ * gone by then, every hold is reported lost and a new session starts.
+ * When the server tells its lock-lease, holds are trusted for 2/3 of it
+ * less a margin after the last answer that confirmed them, and heartbeats
+ * go out three times within that (else every ttl/3); once it runs out (the
+ * connection down, the server silent or in jeopardy) they are reported
+ * lost ("jeopardy") and the session is ended, before another client could
+ * be granted them (libdlock(3), HOLDS IN JEOPARDY). o may be NULL
+ * (defaults) and may be freed after the call. On success *hp is the handle.
  * Errors: DLOCK_ERR_CONN (no address answered), DLOCK_ERR_NOAUTH, DLOCK_ERR_INVAL, ...
  */
 int dlock_connect(dlock_t **hp, const dlock_options_t *o);

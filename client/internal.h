@@ -109,9 +109,12 @@ struct dlock {
     unsigned gen;                 /* connection generation, bumped per connection */
     int cur;                      /* index of the address the session lives on */
     char session[PROTO_STR_MAX + 1]; /* session id; "" before the first HELLO */
+    char secret[PROTO_STR_MAX + 1];  /* the session's secret, needed to resume it; "" if the server has none */
     int session_dead;             /* the session is gone: the next HELLO starts a new one */
     int64_t ttl;                  /* session ttl granted by the server, ms */
     int64_t safe_until;           /* send time of the last acknowledged heartbeat + ttl */
+    int64_t trust;                /* ms the holds outlive a confirmation (from HELLO lease=); 0: the ttl bounds them */
+    int64_t confirmed;            /* send time of the last answer that showed the session and its holds well */
     int64_t next_hb;              /* when to send the next heartbeat */
     uint64_t hb_seq;              /* heartbeat tags */
     int64_t hb_sent[DL_HB_RING];  /* send time of heartbeat hb_seq % DL_HB_RING */

@@ -4,7 +4,10 @@
  * resuming the session while it can still be alive.
  *
  * The session is alive until (send time of the last acknowledged heartbeat) + ttl, on
- * the monotonic clock: the server renews it no earlier than it receives that PING. */
+ * the monotonic clock: the server renews it no earlier than it receives that PING. Its holds
+ * are trusted for less when the server tells its lock-lease (HELLO lease=): a dlockd that
+ * died or lost Redis renews nothing, so holds that no answer confirmed in time are lost
+ * ("jeopardy") before their Redis lease could run out and someone else be granted them. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -120,6 +123,33 @@ static void set_jeopardy(struct dlock *h, unsigned bit, int on, const char *reas
 
 /* ---------------------------------------------------------------- session state */
 
+/*
+ * How long holds outlive a confirmation on a server whose lock-lease is lease ms (0: not
+ * told). dlockd renews every hold's lease every lease/3, so whenever it answers, a hold has
+ * at least 2/3 of it left; the margin covers the clocks and the time it takes to tell the
+ * application: a tenth of the lease, at least 500 ms, at most half of what is left.
+ */
+static int64_t trust_of(int64_t lease)
+{
+    int64_t left = lease * 2 / 3, margin = lease / 10 > 500 ? lease / 10 : 500;
+
+    return left - (margin < left / 2 ? margin : left / 2);
+}
+
+/* The time within which a heartbeat must be answered: the ttl, or the trust when shorter. */
+static int64_t period(const struct dlock *h)
+{
+    return h->trust > 0 && h->trust < h->ttl ? h->trust : h->ttl;
+}
+
+/* When the session may have expired, or its holds lapsed unconfirmed: too late to resume it. */
+static int64_t session_end(const struct dlock *h)
+{
+    int64_t holds = h->confirmed + h->trust;
+
+    return h->trust > 0 && holds < h->safe_until ? holds : h->safe_until;
+}
+
 struct lost_arg {
     struct dlock *h;
     const char *name;           /* only holds of this name (NULL: all) */
@@ -144,6 +174,7 @@ static void session_dead(struct dlock *h, const char *reason)
     if (h->session_dead || h->session[0] == '\0')
         return;
     h->session_dead = 1;
+    explicit_bzero(h->secret, sizeof(h->secret));
     holds_foreach(&h->holds, lose_one, &a);
     for (r = h->reqs; r; r = next) {
         next = r->next;
@@ -151,6 +182,15 @@ static void session_dead(struct dlock *h, const char *reason)
             req_finish(h, r, DLOCK_ERR_LOST);
     }
     set_jeopardy(h, J_HB | J_BACKEND, 0, NULL);
+}
+
+/* Ends the session once session_end() has come (caller holds h->mu). 1 when it did now. */
+static int session_due(struct dlock *h, int64_t now)
+{
+    if (h->session[0] == '\0' || h->session_dead || now < session_end(h))
+        return 0;
+    session_dead(h, now >= h->safe_until ? "expired" : "jeopardy");
+    return 1;
 }
 
 static void on_event(struct dlock *h, const struct proto_reply *rp)
@@ -167,6 +207,7 @@ static void on_event(struct dlock *h, const struct proto_reply *rp)
         set_jeopardy(h, J_BACKEND, 1, "backend");
     } else if (strcmp(rp->status, "SAFE") == 0) {
         set_jeopardy(h, J_BACKEND, 0, NULL);
+        h->next_hb = dl_now(); /* its answer confirms the holds */
     } else if (strcmp(rp->status, "BYE") == 0) {
         session_dead(h, reason ? reason : "shutdown");
     }
@@ -175,12 +216,16 @@ static void on_event(struct dlock *h, const struct proto_reply *rp)
 static void on_heartbeat(struct dlock *h, const struct proto_reply *rp)
 {
     unsigned long long n;
+    int64_t sent;
 
     if (dl_parse_ull(rp->tag + 2, &n) < 0 || n > h->hb_seq || h->hb_seq - n >= DL_HB_RING ||
         strcmp(rp->status, "OK") != 0)
         return;
-    if (h->hb_sent[n % DL_HB_RING] + h->ttl > h->safe_until)
-        h->safe_until = h->hb_sent[n % DL_HB_RING] + h->ttl;
+    sent = h->hb_sent[n % DL_HB_RING];
+    if (sent + h->ttl > h->safe_until)
+        h->safe_until = sent + h->ttl;
+    if (!(h->jeopardy & J_BACKEND) && sent > h->confirmed)
+        h->confirmed = sent; /* a dlockd in touch with Redis renews the holds */
     set_jeopardy(h, J_HB, 0, NULL);
 }
 
@@ -314,14 +359,25 @@ static char *sync_reply(struct dlock *h, int fd, const char *tag, int64_t deadli
 struct hello {
     int64_t sent;                    /* when HELLO was sent */
     int64_t ttl;                     /* granted */
+    int64_t lease;                   /* the server's lock-lease; 0 when it does not say */
     char sid[PROTO_STR_MAX + 1];     /* session id */
+    char secret[PROTO_STR_MAX + 1];  /* its secret; "" when the server has none */
+};
+
+/* What the next HELLO says: the session to resume, with its secret, or a new session. */
+struct resume {
+    int fresh;                       /* start a new session */
+    int cur;                         /* index of the address the session lives on */
+    int64_t until;                   /* too late to resume from then on (DL_INF when fresh) */
+    char sid[PROTO_STR_MAX + 1];
+    char secret[PROTO_STR_MAX + 1];
 };
 
 /* The HELLO reply into out. 0 or a DLOCK_ERR_*. */
 static int parse_hello(char *reply, struct hello *out)
 {
     struct proto_reply rp;
-    const char *sid, *ttl;
+    const char *sid, *ttl, *secret, *lease;
 
     if (proto_parse_reply(reply, &rp) < 0)
         return DLOCK_ERR_PROTO;
@@ -329,22 +385,30 @@ static int parse_hello(char *reply, struct hello *out)
         return dl_err_from_proto(rp.err);
     sid = proto_reply_get(&rp, "session");
     ttl = proto_reply_get(&rp, "ttl");
+    secret = proto_reply_get(&rp, "secret");
+    lease = proto_reply_get(&rp, "lease");
     if (strcmp(rp.status, "OK") != 0 || sid == NULL || ttl == NULL || proto_duration(ttl, 0, &out->ttl) < 0 ||
-        out->ttl <= 0)
+        out->ttl <= 0 || (secret && !dl_valid_value(secret)) ||
+        (lease && (proto_duration(lease, 0, &out->lease) < 0 || out->lease <= 0)))
         return DLOCK_ERR_PROTO;
+    if (lease == NULL)
+        out->lease = 0;
     snprintf(out->sid, sizeof(out->sid), "%s", sid);
+    snprintf(out->secret, sizeof(out->secret), "%s", secret ? secret : "");
     return 0;
 }
 
-/* Says HELLO on fd (resuming sid when not NULL). 0 or a DLOCK_ERR_*. */
-static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, struct hello *out)
+/* Says HELLO on fd, resuming rs's session unless rs is NULL. 0 or a DLOCK_ERR_*. */
+static int hello(struct dlock *h, int fd, const struct resume *rs, int64_t deadline, struct hello *out)
 {
     char *line = NULL, *reply;
-    size_t len = 0, cap = 0;
+    size_t len = 0, cap = 0, rlen;
     int rc, bad = dl_appendf(&line, &len, &cap, "#hello HELLO");
 
-    if (!bad && sid)
-        bad = dl_appendf(&line, &len, &cap, " session=%s", sid);
+    if (!bad && rs)
+        bad = dl_appendf(&line, &len, &cap, " session=%s", rs->sid);
+    if (!bad && rs && rs->secret[0])
+        bad = dl_appendf(&line, &len, &cap, " secret=%s", rs->secret);
     if (!bad && h->opt.ttl_ms > 0)
         bad = dl_appendf(&line, &len, &cap, " ttl=%lld", h->opt.ttl_ms);
     if (!bad && h->opt.name[0])
@@ -352,16 +416,20 @@ static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, str
     if (!bad && h->opt.password[0])
         bad = dl_appendf(&line, &len, &cap, " auth=%s", h->opt.password);
     if (bad || dl_appendf(&line, &len, &cap, "\n") < 0) {
+        if (line)
+            explicit_bzero(line, cap);
         free(line);
         return DLOCK_ERR_NOMEM;
     }
     out->sent = dl_now();
     bad = send_all(fd, line, len, deadline);
-    memset(line, 0, len); /* it may carry the password */
+    explicit_bzero(line, len); /* it may carry the password and the secret */
     free(line);
     if (bad || (reply = sync_reply(h, fd, "hello", deadline)) == NULL)
         return DLOCK_ERR_CONN;
+    rlen = strlen(reply);
     rc = parse_hello(reply, out);
+    explicit_bzero(reply, rlen);
     free(reply);
     return rc;
 }
@@ -376,10 +444,15 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
     h->up = 1;
     h->cur = idx;
     memcpy(h->session, hl->sid, sizeof(h->session));
+    if (hl->secret[0] || !resumed)
+        memcpy(h->secret, hl->secret, sizeof(h->secret));
     h->session_dead = 0;
     h->ttl = hl->ttl;
+    h->trust = trust_of(hl->lease);
     h->safe_until = hl->sent + hl->ttl;
-    h->next_hb = dl_now() + hl->ttl / 3;
+    if (!resumed || !(h->jeopardy & J_BACKEND))
+        h->confirmed = hl->sent; /* it still had the session, and renewed the holds */
+    h->next_hb = dl_now() + period(h) / 3;
     set_jeopardy(h, J_CONN | J_HB | (resumed ? 0 : J_BACKEND), 0, NULL);
     for (r = h->reqs; r; r = next) {
         next = r->next;
@@ -394,46 +467,59 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
         io_queue(h, "#bye QUIT\n", 10); /* shut down meanwhile: end the session now */
 }
 
-/* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */
-static int try_connect(struct dlock *h)
+/* One connection attempt on address idx, with its HELLO. 0 once the connection is in use, else a DLOCK_ERR_*.
+ * Called without h->mu. */
+static int attempt(struct dlock *h, int idx, const struct resume *rs)
 {
-    char sid[PROTO_STR_MAX + 1];
-    int naddr = h->opt.naddrs, rc = DLOCK_ERR_CONN, fresh, cur, tries;
+    int64_t limit = dl_now() + h->opt.connect_ms, deadline = rs->until < limit ? rs->until : limit;
+    int fd, rc, resumed = !rs->fresh;
+    struct hello hl;
 
-    pthread_mutex_lock(&h->mu);
-    fresh = h->session_dead || h->session[0] == '\0';
-    memcpy(sid, h->session, sizeof(sid));
-    cur = h->cur;
-    pthread_mutex_unlock(&h->mu);
-    /* A live session exists only on its own server: try others only once it is surely gone. */
-    tries = fresh ? naddr : 1;
-    for (int i = 0; i < tries; i++) {
-        int idx = (cur + i) % naddr, fd, resumed = 0;
-        int64_t deadline = dl_now() + h->opt.connect_ms;
-        struct hello hl;
-
-        if ((fd = dial(&h->opt.addrs[idx], deadline)) < 0)
-            continue;
-        proto_lines_free(&h->lines);
-        proto_lines_init(&h->lines, DL_REPLY_MAX);
-        rc = hello(h, fd, fresh ? NULL : sid, deadline, &hl);
-        if (rc == 0 && !fresh)
-            resumed = 1;
-        if (rc == DLOCK_ERR_NOSESSION) {
-            pthread_mutex_lock(&h->mu);
-            session_dead(h, "expired");
-            pthread_mutex_unlock(&h->mu);
-            rc = hello(h, fd, NULL, deadline, &hl);
-        }
-        if (rc != 0) {
-            close(fd);
-            continue;
-        }
+    if ((fd = dial(&h->opt.addrs[idx], deadline)) < 0)
+        return DLOCK_ERR_CONN;
+    proto_lines_free(&h->lines);
+    proto_lines_init(&h->lines, DL_REPLY_MAX);
+    rc = hello(h, fd, resumed ? rs : NULL, deadline, &hl);
+    if (rc == DLOCK_ERR_NOSESSION && resumed) {
+        pthread_mutex_lock(&h->mu);
+        session_dead(h, "expired");
+        pthread_mutex_unlock(&h->mu);
+        resumed = 0;
+        rc = hello(h, fd, NULL, limit, &hl);
+    }
+    if (rc == 0) {
         pthread_mutex_lock(&h->mu);
         install(h, fd, idx, &hl, resumed);
         pthread_mutex_unlock(&h->mu);
-        return 0;
+    } else {
+        close(fd);
     }
+    explicit_bzero(&hl, sizeof(hl));
+    return rc;
+}
+
+/* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */
+static int try_connect(struct dlock *h)
+{
+    struct resume rs;
+    int rc = DLOCK_ERR_CONN, tries;
+
+    pthread_mutex_lock(&h->mu);
+    rs.fresh = h->session_dead || h->session[0] == '\0';
+    rs.cur = h->cur;
+    rs.until = rs.fresh ? DL_INF : session_end(h);
+    memcpy(rs.sid, h->session, sizeof(rs.sid));
+    memcpy(rs.secret, h->secret, sizeof(rs.secret));
+    pthread_mutex_unlock(&h->mu);
+    /* A live session exists only on its own server: try others only once it is surely gone. */
+    tries = rs.fresh ? h->opt.naddrs : 1;
+    for (int i = 0; i < tries && rc != 0; i++) {
+        int r = attempt(h, (rs.cur + i) % h->opt.naddrs, &rs);
+
+        if (r != DLOCK_ERR_CONN)
+            rc = r; /* a server's answer says more than an address that does not answer */
+    }
+    explicit_bzero(&rs, sizeof(rs));
     return rc;
 }
 
@@ -499,27 +585,29 @@ static int flush_out(struct dlock *h)
     return 0;
 }
 
-/* Heartbeats and the session deadline. Returns the ms until the next timer is due. */
+/* Heartbeats, and the deadlines of the session and its holds. Returns the ms until the next timer is due. */
 static int64_t timers(struct dlock *h)
 {
     int64_t now = dl_now(), next = DL_INF;
 
-    if (h->session[0] && !h->session_dead) {
-        if (now >= h->safe_until) {
-            session_dead(h, "expired");
-            if (h->fd >= 0) {
-                /* Our holds are reported lost: make sure they are released if the server still has them. */
-                (void)!send(h->fd, "#bye QUIT\n", 10, MSG_NOSIGNAL | MSG_DONTWAIT);
-                drop(h);
-            }
-            return 0;
+    if (session_due(h, now)) {
+        if (h->fd >= 0) {
+            /* Our holds are reported lost: make sure they are released if the server still has them. */
+            (void)!send(h->fd, "#bye QUIT\n", 10, MSG_NOSIGNAL | MSG_DONTWAIT);
+            drop(h);
         }
-        if (now >= h->safe_until - h->ttl / 3)
+        return 0;
+    }
+    if (h->session[0] && !h->session_dead) {
+        /* Two thirds of the period without an answer: holds are in jeopardy. */
+        int64_t late = h->safe_until - h->ttl + period(h) - period(h) / 3;
+
+        if (now >= late)
             set_jeopardy(h, J_HB, 1, "heartbeat");
-        else if (h->safe_until - h->ttl / 3 < next)
-            next = h->safe_until - h->ttl / 3;
-        if (h->safe_until < next)
-            next = h->safe_until;
+        else
+            next = late;
+        if (session_end(h) < next)
+            next = session_end(h);
     }
     if (h->up) {
         if (now >= h->next_hb) {
@@ -528,7 +616,7 @@ static int64_t timers(struct dlock *h)
 
             h->hb_sent[h->hb_seq % DL_HB_RING] = now;
             io_queue(h, line, (size_t)n);
-            h->next_hb = now + (h->ttl / 3 > 0 ? h->ttl / 3 : 1);
+            h->next_hb = now + (period(h) / 3 > 0 ? period(h) / 3 : 1);
         }
         if (h->next_hb < next)
             next = h->next_hb;
@@ -558,6 +646,8 @@ static int reconnect(struct dlock *h, int64_t *backoff)
         nap(h, -1);
         return 0;
     }
+    if (session_due(h, dl_now()))
+        return 0; /* the loss is told before the next attempt */
     pthread_mutex_unlock(&h->mu);
     rc = try_connect(h);
     pthread_mutex_lock(&h->mu);
@@ -611,11 +701,11 @@ static void *io_main(void *arg)
 
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
-        if (h->fd < 0 && reconnect(h, &backoff) < 0)
-            break;
         if (h->fd >= 0)
             serve(h);
-        deliver(h);
+        else if (reconnect(h, &backoff) < 0)
+            break;
+        deliver(h); /* before the next wait: the events of a reconnect are not held up by a poll */
     }
     if (h->fd >= 0) {
         flush_out(h); /* a QUIT queued at the last moment */

@@ -198,6 +198,51 @@ check "dlock reported the loss" grep -q "lost the lock lost (expired): sending S
 check "and the SIGKILL after the grace period" grep -q "sending SIGKILL" "$tmp/err"
 check "CMD is gone" sh -c "! kill -0 $(cat "$tmp/child") 2>/dev/null"
 
+# ---------------------------------------------------------------- run: a loss found after CMD ended
+
+# dlock is stopped past its session ttl while its short CMD ends: it learns of the loss only when
+# it goes on, and must not exit 0 then.
+: >"$tmp/child"
+"$DLOCK" run --ttl 1s late -- sh -c "echo \$\$ >'$tmp/child'; sleep 0.5" 2>"$tmp/err" &
+runner=$!
+pids="$pids $runner"
+wait_until 5000 test -s "$tmp/child"
+kill -STOP "$runner"
+sleep 2
+check "meanwhile another run gets the lock" "$DLOCK" run -n late -- true
+kill -CONT "$runner"
+wait "$runner"; status_is "a loss found after CMD ended" 76 $?
+check "dlock said so" grep -q "lost the lock late" "$tmp/err"
+
+# ---------------------------------------------------------------- run: kill -9 of its dlockd
+
+# A second dlockd on the same Redis with --lock-lease 3s, which it tells in HELLO (lease=, the
+# server's part of issue 12): its holds lapse 2 to 3 s after it dies, and a waiter on the first
+# dlockd gets the lock then. CMD must have been stopped before.
+spawn "$DLOCKD" --listen "unix:$tmp/d2.sock" --redis "unix:$tmp/redis.sock" --lock-lease 3s --log-level debug \
+    >"$tmp/d2.log" 2>&1
+d2=$!
+check "a second dlockd with --lock-lease 3s" wait_until 5000 "$DLOCK" -a "unix:$tmp/d2.sock" ping
+: >"$tmp/crash"
+"$DLOCK" -a "unix:$tmp/d2.sock" run --grace 1s crash -- sh -c \
+    "trap 'echo stopped >>\"$tmp/crash\"; exit 0' TERM; echo started >>\"$tmp/crash\"; while :; do sleep 0.05; done" \
+    2>"$tmp/err" &
+runner=$!
+pids="$pids $runner"
+wait_until 5000 grep -q started "$tmp/crash"
+kill -9 "$d2"
+t0=$(now_ms)
+"$DLOCK" run --wait 20s crash -- sh -c "echo granted >>'$tmp/crash'" &
+waiter=$!
+pids="$pids $waiter"
+wait "$runner"; st=$?
+took=$(($(now_ms) - t0))
+status_is "the run whose dlockd died" 76 $st
+check "it stopped CMD and ended ${took} ms after the kill, within the lock-lease (3 s)" test "$took" -lt 3000
+check "and said why" grep -q "lost the lock crash (jeopardy)" "$tmp/err"
+wait "$waiter"; status_is "a waiter on the other dlockd gets the lock" 0 $?
+check "only after CMD stopped" test "$(tr '\n' ' ' <"$tmp/crash")" = "started stopped granted "
+
 # ---------------------------------------------------------------- man pages
 
 for page in dlockd.8 dlockd.conf.5 dlock.1 libdlock.3; do

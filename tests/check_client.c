@@ -51,14 +51,14 @@ static void on_event(dlock_t *h, const struct dlock_event *ev, void *arg)
     pthread_mutex_unlock(&ev_mu);
 }
 
-/* Index of the first event of type (and name, unless NULL) within timeout_ms, or -1. */
-static int wait_event(int type, const char *name, int timeout_ms)
+/* Index (from from on) of the first event of type (and name, unless NULL) within timeout_ms, or -1. */
+static int wait_event_from(int from, int type, const char *name, int timeout_ms)
 {
     int64_t deadline = h_now_ms() + timeout_ms;
 
     do {
         pthread_mutex_lock(&ev_mu);
-        for (int i = 0; i < nevents; i++) {
+        for (int i = from; i < nevents; i++) {
             if (events[i].type == type && (name == NULL || strcmp(events[i].name, name) == 0)) {
                 pthread_mutex_unlock(&ev_mu);
                 return i;
@@ -68,6 +68,22 @@ static int wait_event(int type, const char *name, int timeout_ms)
         h_sleep_ms(10);
     } while (h_now_ms() < deadline);
     return -1;
+}
+
+static int wait_event(int type, const char *name, int timeout_ms)
+{
+    return wait_event_from(0, type, name, timeout_ms);
+}
+
+/* The number of events so far: where wait_event_from() looks for the next ones. */
+static int events_now(void)
+{
+    int n;
+
+    pthread_mutex_lock(&ev_mu);
+    n = nevents;
+    pthread_mutex_unlock(&ev_mu);
+    return n;
 }
 
 static int count_events(int type)
@@ -458,38 +474,85 @@ START_TEST(test_invalid_arguments)
 }
 END_TEST
 
-/* ---------------------------------------------------------------- error codes, with a fake server */
+/* ---------------------------------------------------------------- a fake server */
 
+#define FAKE_SECRET "5be0c1d2e3f405162738495a6b7c8d9e"
+
+/* A server thread answering one connection at a time. With lease 0 it answers like dlockd
+ * before issue 3 (no semaphores, latches or several names; a name "err-CODE" gets ERR CODE)
+ * and before issue 12 (no secret=, no lease=); with lease > 0, HELLO gives secret= and lease=,
+ * and resuming the session takes its secret. Single-name LOCK and UNLOCK are always granted. */
 struct fake {
     int lfd, port;
     pthread_t t;
+    int lease;              /* lease= in HELLO; 0: no lease= and no secret= */
+    pthread_mutex_t mu;     /* guards the fields below and the writes on fd */
+    int fd;                 /* the connection being served, -1 between connections */
+    int sessions;           /* sessions handed out; the last one is the live one */
+    int mute;               /* answer nothing, as a dlockd that hangs */
+    char resume[256];       /* the last HELLO with session= */
 };
 
-/* Answers like dlockd before issue 3: no semaphores, latches or several names; a name
- * "err-CODE" gets ERR CODE. */
-static void fake_answer(FILE *out, char *line)
+/* The value of key=VALUE in the request line args into out ("" when absent). */
+static void fake_arg(const char *args, const char *key, char *out, size_t cap)
 {
-    char *tag = "", *verb, *arg, *more, *save = NULL;
+    const char *p = strstr(args, key);
+
+    snprintf(out, cap, "%.*s", p ? (int)strcspn(p + strlen(key), " \r\n") : 0, p ? p + strlen(key) : "");
+}
+
+static void fake_hello(struct fake *f, FILE *out, const char *args)
+{
+    char sid[64], secret[64], live[20];
+    int ok = 1;
+
+    fake_arg(args, "session=", sid, sizeof sid);
+    fake_arg(args, "secret=", secret, sizeof secret);
+    if (sid[0]) {
+        snprintf(f->resume, sizeof f->resume, "%.255s", args);
+        snprintf(live, sizeof live, "%016x", f->sessions);
+        ok = strcmp(sid, live) == 0 && (f->lease == 0 || strcmp(secret, FAKE_SECRET) == 0);
+    } else {
+        snprintf(live, sizeof live, "%016x", ++f->sessions);
+    }
+    if (!ok)
+        fprintf(out, "ERR NOSESSION no such session\n");
+    else if (f->lease)
+        fprintf(out, "OK session=%s secret=" FAKE_SECRET " ttl=10000 proto=1 server=fake/0 resumed=%d lease=%d\n",
+                live, sid[0] != '\0', f->lease);
+    else
+        fprintf(out, "OK session=%s ttl=10000 proto=1 server=fake/0 resumed=%d\n", live, sid[0] != '\0');
+}
+
+/* One request line (f->mu held). */
+static void fake_answer(struct fake *f, FILE *out, char *line)
+{
+    char *tag = "", *verb, *arg, *more, *save = NULL, args[4096];
 
     line[strcspn(line, "\r\n")] = '\0';
+    snprintf(args, sizeof args, "%s", line);
     verb = strtok_r(line, " ", &save);
     if (verb && verb[0] == '#') {
         tag = verb;
         verb = strtok_r(NULL, " ", &save);
     }
-    if (verb == NULL)
+    if (verb == NULL || f->mute)
         return;
     arg = strtok_r(NULL, " ", &save);
     more = strtok_r(NULL, " ", &save);
     fprintf(out, "%s%s", tag, *tag ? " " : "");
     if (strcmp(verb, "HELLO") == 0)
-        fprintf(out, "OK session=00000000000000ff ttl=10000 proto=1 server=fake/0 resumed=0\n");
+        fake_hello(f, out, args);
     else if (arg && strncmp(arg, "err-", 4) == 0)
         fprintf(out, "ERR %s injected\n", arg + 4);
     else if (strcmp(verb, "PING") == 0 || strcmp(verb, "QUIT") == 0)
         fprintf(out, "OK\n");
     else if ((strcmp(verb, "LOCK") == 0 || strcmp(verb, "UNLOCK") == 0) && more && !strchr(more, '='))
         fprintf(out, "ERR SYNTAX several names in one %s are not supported yet\n", verb);
+    else if (strcmp(verb, "LOCK") == 0)
+        fprintf(out, "OK token=1000000000000001 count=1\n");
+    else if (strcmp(verb, "UNLOCK") == 0)
+        fprintf(out, "OK count=0\n");
     else
         fprintf(out, "ERR UNKNOWN %s is not implemented yet\n", verb);
     fflush(out);
@@ -504,8 +567,17 @@ static void *fake_main(void *arg)
         FILE *in = fdopen(fd, "r"), *out = fdopen(dup(fd), "w");
         char line[4096];
 
-        while (fgets(line, sizeof line, in))
-            fake_answer(out, line);
+        pthread_mutex_lock(&f->mu);
+        f->fd = fd;
+        pthread_mutex_unlock(&f->mu);
+        while (fgets(line, sizeof line, in)) {
+            pthread_mutex_lock(&f->mu);
+            fake_answer(f, out, line);
+            pthread_mutex_unlock(&f->mu);
+        }
+        pthread_mutex_lock(&f->mu);
+        f->fd = -1;
+        pthread_mutex_unlock(&f->mu);
         fclose(in);
         fclose(out);
     }
@@ -517,6 +589,8 @@ static void fake_start(struct fake *f)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof sa;
 
+    pthread_mutex_init(&f->mu, NULL);
+    f->fd = -1;
     f->lfd = socket(AF_INET, SOCK_STREAM, 0);
     ck_assert_int_ge(f->lfd, 0);
     ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof sa), 0);
@@ -526,12 +600,38 @@ static void fake_start(struct fake *f)
     ck_assert_int_eq(pthread_create(&f->t, NULL, fake_main, f), 0);
 }
 
+/* Sends text on the connection being served (an event, say). */
+static void fake_send(struct fake *f, const char *text)
+{
+    pthread_mutex_lock(&f->mu);
+    ck_assert_int_ge(f->fd, 0);
+    ck_assert_int_eq(write(f->fd, text, strlen(text)), (ssize_t)strlen(text));
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Breaks the connection being served; the next one is accepted. */
+static void fake_drop(struct fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->fd >= 0)
+        shutdown(f->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* As kill -9: the connection breaks and nobody listens any more. */
+static void fake_kill(struct fake *f)
+{
+    shutdown(f->lfd, SHUT_RDWR);
+    fake_drop(f);
+    pthread_join(f->t, NULL);
+}
+
 START_TEST(test_error_codes)
 {
     static const char *codes[] = {"SYNTAX", "UNKNOWN", "TOOBIG", "NOAUTH", "NOSESSION", "NOTHELD",
                                   "WRONGTYPE", "MISMATCH", "DEADLOCK", "LIMIT", "BACKEND"};
     const char *two[] = {"a", "b"};
-    struct fake f;
+    struct fake f = {0};
     dlock_options_t *o;
     dlock_t *h;
     char name[64], *json;
@@ -823,6 +923,153 @@ START_TEST(test_heartbeat_deadline_expires_session)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the session's secret and its holds' lease */
+
+/* Waits until h is on a session other than sid; fails the test after timeout_ms. */
+static void wait_new_session(dlock_t *h, const char *sid, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    char cur[32];
+
+    do {
+        ck_assert_int_eq(dlock_session(h, cur, sizeof cur), 0);
+        if (strcmp(cur, sid) != 0)
+            return;
+        h_sleep_ms(10);
+    } while (h_now_ms() < deadline);
+    ck_abort_msg("still on session %s after %d ms", sid, timeout_ms);
+}
+
+static dlock_t *connect_fake(const struct fake *f)
+{
+    dlock_options_t *o = options_for(f->port, 0, NULL);
+    dlock_t *h = NULL;
+
+    ck_assert_int_eq(dlock_connect(&h, o), 0);
+    dlock_options_free(o);
+    return h;
+}
+
+/* Resuming takes the secret HELLO gave; a server that gives none (before issue 12) is resumed without. */
+START_TEST(test_resume_sends_the_secret)
+{
+    struct fake fakes[2] = {{.lease = 30000}, {.lease = 0}};
+
+    for (int k = 0; k < 2; k++) {
+        struct fake *f = &fakes[k];
+        char sid[32], sid2[32], want[128], sent[256];
+        dlock_t *h;
+        int64_t t0;
+        int from;
+
+        fake_start(f);
+        h = connect_fake(f);
+        ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
+        ck_assert_int_eq(dlock_lock(h, "kept", 0, 0, NULL), 0);
+        from = events_now();
+        t0 = h_now_ms();
+        fake_drop(f);
+        ck_assert_int_ge(wait_event_from(from, DLOCK_EVENT_SAFE, NULL, 5000), 0);
+        /* at once, not after the next heartbeat (ttl/3) */
+        ck_assert_msg(h_now_ms() - t0 < 1000, "SAFE %lld ms after the drop", (long long)(h_now_ms() - t0));
+        ck_assert_int_eq(dlock_ping(h), 0);
+        ck_assert_int_eq(dlock_session(h, sid2, sizeof sid2), 0);
+        ck_assert_str_eq(sid, sid2);
+        ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 0);
+        ck_assert_int_eq(dlock_held(h, "kept"), 1);
+        pthread_mutex_lock(&f->mu);
+        snprintf(sent, sizeof sent, "%s", f->resume);
+        pthread_mutex_unlock(&f->mu);
+        snprintf(want, sizeof want, "HELLO session=%s%s", sid, f->lease ? " secret=" FAKE_SECRET : "");
+        ck_assert_msg(strstr(sent, want) && (f->lease || !strstr(sent, "secret=")), "resumed with '%s'", sent);
+        dlock_close(h);
+        fake_kill(f);
+    }
+}
+END_TEST
+
+/* Holds no answer confirms are lost before their Redis lease could run out: with a lease of
+ * 3 s, dlockd leaves a hold 2 s at least, and the library trusts it 1.5 s after an answer. */
+START_TEST(test_unconfirmed_holds_lost_in_time)
+{
+    struct fake f = {.lease = 3000};
+    dlock_t *h;
+    char sid[32];
+    int64_t t0, took;
+    int from, i;
+
+    fake_start(&f);
+    h = connect_fake(&f);
+    ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
+
+    /* A short break, resumed in time: nothing is lost, and the heartbeats go on confirming. */
+    ck_assert_int_eq(dlock_lock(h, "j1", 0, 0, NULL), 0);
+    from = events_now();
+    fake_drop(&f);
+    ck_assert_int_ge(wait_event_from(from, DLOCK_EVENT_SAFE, NULL, 3000), 0);
+    h_sleep_ms(2500);
+    ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 0);
+    ck_assert_int_eq(dlock_held(h, "j1"), 1);
+
+    /* * JEOPARDY: PINGs are still answered, but a dlockd cut off from Redis renews nothing. */
+    from = events_now();
+    t0 = h_now_ms();
+    fake_send(&f, "* JEOPARDY\n");
+    i = wait_event_from(from, DLOCK_EVENT_LOST, "j1", 5000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took >= 500 && took < 2000, "lost %lld ms after JEOPARDY", (long long)took);
+    ck_assert_int_eq(events[i].held_in_cb, DLOCK_ERR_LOST);
+    ck_assert_int_eq(dlock_held(h, "j1"), DLOCK_ERR_LOST);
+    /* That session is ended (QUIT releases what the server still has) and a new one begins. */
+    wait_new_session(h, sid, 5000);
+    ck_assert_int_eq(dlock_unlock(h, "j1", 0), DLOCK_ERR_LOST);
+
+    /* kill -9 of the server. */
+    ck_assert_int_eq(dlock_lock(h, "j2", 0, 0, NULL), 0);
+    from = events_now();
+    t0 = h_now_ms();
+    fake_kill(&f);
+    i = wait_event_from(from, DLOCK_EVENT_LOST, "j2", 5000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took < 2000, "lost %lld ms after the kill", (long long)took);
+    ck_assert_int_eq(dlock_held(h, "j2"), DLOCK_ERR_LOST);
+    dlock_close(h);
+}
+END_TEST
+
+/* A server that hangs answers nothing: the heartbeats are late, then the holds are lost in time. */
+START_TEST(test_hung_server_holds_lost_in_time)
+{
+    struct fake f = {.lease = 3000};
+    dlock_t *h;
+    int64_t t0, took;
+    int i, j;
+
+    fake_start(&f);
+    h = connect_fake(&f);
+    ck_assert_int_eq(dlock_lock(h, "hung", 0, 0, NULL), 0);
+    t0 = h_now_ms();
+    pthread_mutex_lock(&f.mu);
+    f.mute = 1;
+    pthread_mutex_unlock(&f.mu);
+    j = wait_event(DLOCK_EVENT_JEOPARDY, NULL, 3000);
+    i = wait_event(DLOCK_EVENT_LOST, "hung", 3000);
+    took = h_now_ms() - t0;
+    ck_assert_int_ge(j, 0);
+    ck_assert_str_eq(events[j].reason, "heartbeat");
+    ck_assert_int_gt(i, j);
+    ck_assert_str_eq(events[i].reason, "jeopardy");
+    ck_assert_msg(took < 2000, "lost %lld ms after the server hung", (long long)took);
+    ck_assert_int_eq(dlock_held(h, "hung"), DLOCK_ERR_LOST);
+    dlock_close(h);
+    ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 1);
+}
+END_TEST
+
 static Suite *client_suite(void)
 {
     Suite *s = suite_create("client");
@@ -847,6 +1094,9 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_reconnect_resumes_session);
     tcase_add_test(tc, test_session_gone_reports_every_hold_lost);
     tcase_add_test(tc, test_heartbeat_deadline_expires_session);
+    tcase_add_test(tc, test_resume_sends_the_secret);
+    tcase_add_test(tc, test_unconfirmed_holds_lost_in_time);
+    tcase_add_test(tc, test_hung_server_holds_lost_in_time);
     suite_add_tcase(s, tc);
     return s;
 }
