@@ -174,7 +174,7 @@ void cmd_dispatch(struct req *r)
 {
     struct conn *c = r->c;
     char err[512];
-    enum proto_err e = proto_parse(r->line, &r->pr, err, sizeof(err));
+    enum proto_err e = proto_parse_len(r->line, r->len, &r->pr, err, sizeof(err));
     const struct cmd *cmd;
 
     if (e != PROTO_OK) {

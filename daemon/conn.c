@@ -284,6 +284,7 @@ static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_
         c->d->reqs_peak = c->d->nreqs;
     memcpy(r->line, line, len);
     r->line[len] = '\0';
+    r->len = len;
     r->untagged = !is_tagged(r->line);
     if (c->session)
         memcpy(r->sid, c->session->id, sizeof(r->sid));
@@ -317,7 +318,7 @@ static void advance(struct conn *c)
             return;
         }
         TAILQ_REMOVE(&c->queued, q, link);
-        run(c, req_new(c, q->line, strlen(q->line), q->arrived));
+        run(c, req_new(c, q->line, q->len, q->arrived));
         free(q);
     }
     if (c->closing)
@@ -372,6 +373,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
     if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
         fatalx("conn: out of memory");
     q->arrived = now;
+    q->len = len;
     memcpy(q->line, line, len);
     q->line[len] = '\0';
     TAILQ_INSERT_TAIL(&c->queued, q, link);

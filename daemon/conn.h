@@ -29,6 +29,7 @@ struct req {
     uint64_t arrived;                 /* monotonic ms */
     TAILQ_ENTRY(req) link;            /* in the connection's running list */
     TAILQ_ENTRY(req) idlink;          /* in an id record's repeats */
+    size_t len;                       /* bytes in line (a NUL among them is refused) */
     char line[];
 };
 
@@ -38,6 +39,7 @@ TAILQ_HEAD(req_list, req);
 struct queued {
     TAILQ_ENTRY(queued) link;
     uint64_t arrived;                 /* monotonic ms */
+    size_t len;                       /* bytes in line */
     char line[];
 };
 

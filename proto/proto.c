@@ -167,6 +167,15 @@ static void drop_cr(char *line)
         line[len - 1] = '\0';
 }
 
+/* The first control byte of line other than TAB, or 0 when there is none. */
+static unsigned char control_byte(const char *line)
+{
+    for (const unsigned char *p = (const unsigned char *)line; *p != '\0'; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+            return *p;
+    return 0;
+}
+
 /* 1 when s (after the '#') is 1-32 characters of [A-Za-z0-9_.-]. */
 static int valid_tag(const char *s)
 {
@@ -179,7 +188,7 @@ int proto_valid_name(const char *s)
 {
     size_t n = 0;
 
-    if (s == NULL)
+    if (s == NULL || s[0] == '}')
         return 0;
     for (; s[n] != '\0'; n++)
         if (n >= PROTO_NAME_MAX || !is_printable((unsigned char)s[n]) || s[n] == '=')
@@ -488,19 +497,36 @@ enum proto_err proto_parse(char *line, struct proto_req *req, char *err, size_t 
     char *cur = line;
     char *tok;
     enum proto_err e;
+    unsigned char bad;
 
     req_init(req);
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     drop_cr(line);
+    bad = control_byte(line);
     if ((tok = next_token(&cur)) == NULL)
         return PROTO_OK;
-    if ((e = parse_head(&p, &cur, &tok)) != PROTO_OK)
+    e = parse_head(&p, &cur, &tok);
+    /* After the head, so that the error carries the tag when there is one. */
+    if (bad != 0)
+        return fail(&p, PROTO_ESYNTAX, "control byte 0x%02x in request", bad);
+    if (e != PROTO_OK)
         return e;
     for (int first = 1; (tok = next_token(&cur)) != NULL; first = 0)
         if ((e = parse_arg(&p, tok, first)) != PROTO_OK)
             return e;
     return check_complete(&p);
+}
+
+enum proto_err proto_parse_len(char *line, size_t len, struct proto_req *req, char *err, size_t errlen)
+{
+    int nul = memchr(line, '\0', len) != NULL;
+    enum proto_err e = proto_parse(line, req, err, errlen);
+
+    /* A C string ends at the NUL: what follows it would be lost, not refused. */
+    if (nul && err != NULL && errlen > 0)
+        snprintf(err, errlen, "NUL byte in request");
+    return nul ? PROTO_ESYNTAX : e;
 }
 
 /* ---------------------------------------------------------------- line splitter */
