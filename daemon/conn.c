@@ -88,19 +88,19 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 
 /* A reply usually fits the socket buffer: sent at once, it needs no buffer
  * and no write event. What does not fit waits in c->out until it does. */
-static void write_line(struct conn *c, const char *line, int len)
+static void write_line(struct conn *c, const char *line, size_t len)
 {
-    if (c->closing || len < 0)
+    if (c->closing)
         return;
     if (c->out == NULL) {
-        ssize_t n = send(c->fd, line, (size_t)len, MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, line, len, MSG_NOSIGNAL);
         if (n < 0 && !retriable(errno)) {
             cut(c, "socket error");
             return;
         }
         if (n > 0) {
             line += n;
-            len -= (int)n;
+            len -= (size_t)n;
         }
         if (len == 0)
             return;
@@ -109,7 +109,7 @@ static void write_line(struct conn *c, const char *line, int len)
             event_add(c->writable, NULL) != 0)
             fatalx("conn: out of memory");
     }
-    if (evbuffer_add(c->out, line, (size_t)len) != 0)
+    if (evbuffer_add(c->out, line, len) != 0)
         fatalx("conn: out of memory");
     if ((int64_t)evbuffer_get_length(c->out) > c->d->cfg.client_output_limit) {
         /* It does not read its replies: cut it off, on the next turn of the loop. */
@@ -181,10 +181,58 @@ int conn_gone(const struct conn *c)
     return c == NULL || c->closing || c->eof;
 }
 
+/* Writes "[#tag ]text\n" to c, whatever its length; a line break in text becomes a space. */
+static void send_line(struct conn *c, const char *tag, const char *text)
+{
+    size_t tl = tag[0] ? strlen(tag) + 2 : 0, xl = strlen(text), len = tl + xl + 1;
+    char stack[1024], *line = len <= sizeof(stack) ? stack : malloc(len);
+
+    if (line == NULL)
+        fatalx("conn: out of memory");
+    if (tl) {
+        line[0] = '#';
+        memcpy(line + 1, tag, tl - 2);
+        line[tl - 1] = ' ';
+    }
+    for (size_t i = 0; i < xl; i++)
+        line[tl + i] = text[i] == '\n' || text[i] == '\r' ? ' ' : text[i];
+    line[len - 1] = '\n';
+    write_line(c, line, len);
+    if (line != stack)
+        free(line);
+}
+
+/*
+ * "head" followed by " " and fmt's text when fmt is not NULL: in buf when it
+ * fits in cap bytes (cap > strlen(head) + 1), else in a malloc'd string.
+ */
+static char *format_body(char *buf, size_t cap, const char *head, const char *fmt, va_list ap)
+{
+    size_t hl = strlen(head), room = cap - hl - 1;
+    char *big;
+    va_list aq;
+    int n;
+
+    memcpy(buf, head, hl + 1);
+    if (fmt == NULL)
+        return buf;
+    va_copy(aq, ap);
+    n = vsnprintf(buf + hl + 1, room, fmt, aq);
+    va_end(aq);
+    if (n < 0)
+        return buf;
+    buf[hl] = ' ';
+    if ((size_t)n < room)
+        return buf;
+    if ((big = malloc(hl + 1 + (size_t)n + 1)) == NULL)
+        fatalx("conn: out of memory");
+    memcpy(big, buf, hl + 1);
+    vsnprintf(big + hl + 1, (size_t)n + 1, fmt, ap);
+    return big;
+}
+
 void req_send(struct req *r, const char *body)
 {
-    char line[8192];
-
     stats_reply(&r->d->stats, r->pr.verb, body);
     /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
     if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
@@ -192,38 +240,38 @@ void req_send(struct req *r, const char *body)
     else if (r->idrec)
         reqid_answered(r, body);
     if (r->c)
-        write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, body, NULL));
+        send_line(r->c, r->pr.tag, body);
     req_end(r);
 }
 
 void req_reply(struct req *r, const char *status, const char *fmt, ...)
 {
-    char body[8192];
-    int n = snprintf(body, sizeof(body), "%s", status);
+    char buf[1024], *body;
     va_list ap;
 
-    if (fmt && n > 0 && (size_t)n + 1 < sizeof(body)) {
-        body[n++] = ' ';
-        va_start(ap, fmt);
-        vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_start(ap, fmt);
+    body = format_body(buf, sizeof(buf), status, fmt, ap);
+    va_end(ap);
     req_send(r, body);
+    if (body != buf)
+        free(body);
 }
 
 void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
 {
-    char body[1024];
-    int n = snprintf(body, sizeof(body), "ERR %s ", proto_err_code(e));
+    char head[32], buf[1024], *body;
     va_list ap;
 
     r->d->stats.errors++;
+    snprintf(head, sizeof(head), "ERR %s", proto_err_code(e));
     va_start(ap, fmt);
-    vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
+    body = format_body(buf, sizeof(buf), head, fmt, ap);
     va_end(ap);
     if (r->c)
         log_debug("c%llu: %s", (unsigned long long)r->c->id, body);
     req_send(r, body);
+    if (body != buf)
+        free(body);
 }
 
 void req_drop(struct req *r)
@@ -236,23 +284,36 @@ struct session *req_session(struct req *r)
     return session_find(r->d, r->sid);
 }
 
+/* Sends "ERR CODE text" on c, untagged: for what is refused before it is a request. */
+static void conn_err(struct conn *c, enum proto_err e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void conn_err(struct conn *c, enum proto_err e, const char *fmt, ...)
+{
+    char head[32], buf[256], *text;
+    va_list ap;
+
+    snprintf(head, sizeof(head), "ERR %s", proto_err_code(e));
+    va_start(ap, fmt);
+    text = format_body(buf, sizeof(buf), head, fmt, ap);
+    va_end(ap);
+    send_line(c, "", text);
+    if (text != buf)
+        free(text);
+}
+
 void conn_event(struct conn *c, const char *fmt, ...)
 {
-    char line[1024];
+    char buf[1024], *text;
     va_list ap;
-    int n;
 
     if (c == NULL)
         return;
-    memcpy(line, "* ", 2);
     va_start(ap, fmt);
-    n = vsnprintf(line + 2, sizeof(line) - 3, fmt, ap);
+    text = format_body(buf, sizeof(buf), "*", fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    n = n + 2 > (int)sizeof(line) - 2 ? (int)sizeof(line) - 2 : n + 2;
-    line[n++] = '\n';
-    write_line(c, line, n);
+    send_line(c, "", text);
+    if (text != buf)
+        free(text);
 }
 
 void conn_broadcast(struct dlockd *d, const char *text)
@@ -401,9 +462,7 @@ static void feed(struct conn *c, const char *data, size_t len)
         const char *nl = memchr(p, '\n', (size_t)(end - p));
 
         if (nl == NULL ? (size_t)(end - p) >= max : (size_t)(nl - p) + 1 > max) {
-            char reply[128];
-            write_line(c, reply, proto_fmt_err(reply, sizeof(reply), NULL, PROTO_ETOOBIG,
-                                               "line longer than %zu bytes", max));
+            conn_err(c, PROTO_ETOOBIG, "line longer than %zu bytes", max);
             conn_close_soon(c, "line too long");
             break;
         }

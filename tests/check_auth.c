@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* ---------------------------------------------------------------- framing (item 5) */
+/* ---------------------------------------------------------------- framing (item 5) and long replies (item 6) */
 
 START_TEST(test_control_bytes)
 {
@@ -26,6 +26,31 @@ START_TEST(test_control_bytes)
 }
 END_TEST
 
+START_TEST(test_long_reply)
+{
+    char name[256], hello[300], owner[200];
+    struct h_conn *c;
+    const char *r;
+    size_t len;
+
+    memset(name, 'n', 200);
+    name[200] = '\0';
+    snprintf(hello, sizeof hello, "name=%s", name);
+    c = H_CLIENT(D, hello);
+    memset(owner, 'o', 190);
+    owner[190] = '\0';
+    for (int i = 0; i < 40; i++)
+        H_REQ(c, "OK token=%d count=1", "LOCK big shared owner=%s%02d", owner, i);
+    /* Pipelined: a reply dropped for its size would pair the next one with STATUS. */
+    ck_assert_int_eq(h_send(c, "STATUS big\nPING"), 0);
+    r = H_REPLY(c, "OK {%*}", H_TIMEOUT);
+    len = strlen(r);
+    ck_assert_msg(len > 16384, "STATUS of 40 holders is only %zu bytes", len);
+    ck_assert_ptr_nonnull(strstr(r, "o39\""));
+    H_REPLY(c, "OK", H_TIMEOUT);
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -34,6 +59,7 @@ static Suite *auth_suite(void)
     tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_control_bytes);
+    tcase_add_test(tc, test_long_reply);
     suite_add_tcase(s, tc);
     return s;
 }
