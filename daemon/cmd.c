@@ -125,10 +125,6 @@ static void cmd_ping(struct req *r)
 
 static void cmd_quit(struct req *r)
 {
-    if (r->c->quitting) {
-        req_drop(r); /* a second QUIT, tagged: the first one answers */
-        return;
-    }
     conn_quit(r->c, r);
 }
 
@@ -201,5 +197,9 @@ void cmd_dispatch(struct req *r)
 
 void cmd_run(struct req *r)
 {
+    if (req_session(r) == NULL) {
+        req_err(r, PROTO_ENOSESSION, "session ended");
+        return;
+    }
     cmds[r->pr.verb].handler(r);
 }

@@ -160,19 +160,35 @@ static void quit_now(struct conn *c)
     conn_close_soon(c, "quit");
 }
 
+/*
+ * Tells every running request of c but its QUIT that c goes: its quit
+ * callback at a QUIT when it has one, else gone. A callback may end any
+ * request of c, not only its own, so the walk goes on from a marker it keeps
+ * in the list, never from a pointer saved before the call.
+ */
+static void tell_running(struct conn *c, int quitting)
+{
+    struct req mark = { .marker = 1 }, *r;
+
+    TAILQ_INSERT_HEAD(&c->running, &mark, link);
+    while ((r = TAILQ_NEXT(&mark, link)) != NULL) {
+        TAILQ_REMOVE(&c->running, &mark, link);
+        TAILQ_INSERT_AFTER(&c->running, r, &mark, link);
+        if (r->marker || r == c->quit)
+            continue;
+        if (quitting && r->quit)
+            r->quit(r);
+        else if (r->gone)
+            r->gone(r);
+    }
+    TAILQ_REMOVE(&c->running, &mark, link);
+}
+
 void conn_quit(struct conn *c, struct req *r)
 {
-    struct req *other, *next;
-
     c->quitting = 1;
     c->quit = r;
-    for (other = TAILQ_FIRST(&c->running); other != NULL; other = next) {
-        next = TAILQ_NEXT(other, link);
-        if (other != r && other->quit)
-            other->quit(other);
-        else if (other != r && other->gone)
-            other->gone(other);
-    }
+    tell_running(c, 1);
     advance_soon(c);
 }
 
@@ -279,6 +295,25 @@ void req_drop(struct req *r)
     req_end(r);
 }
 
+/* A repeat that was to start: its connection goes first. */
+static void start_gone(struct req *r)
+{
+    TAILQ_REMOVE(&r->c->starting, r, idlink);
+    req_drop(r);
+}
+
+int req_start_soon(struct req *r)
+{
+    struct conn *c = r->c;
+
+    if (conn_gone(c) || c->quitting)
+        return -1;
+    TAILQ_INSERT_TAIL(&c->starting, r, idlink);
+    r->gone = start_gone;
+    advance_soon(c);
+    return 0;
+}
+
 struct session *req_session(struct req *r)
 {
     return session_find(r->d, r->sid);
@@ -363,16 +398,24 @@ static void run(struct conn *c, struct req *r)
 #define ADVANCE_BATCH 256 /* queued requests run per turn of the loop */
 
 /*
- * What comes next on c: the queued untagged requests, a QUIT once every
- * other request has ended, the close after EOF. It runs from an event of its
- * own, so that ending one request never starts another inside it (no
- * recursion, and no request freed under a caller that walks the lists).
+ * What comes next on c: the repeats that took an id over, the queued
+ * untagged requests, a QUIT once every other request has ended, the close
+ * after EOF. It runs from an event of its own, so that ending one request
+ * never starts another inside it (no recursion, and no request freed under
+ * a caller that walks the lists).
  */
 static void advance(struct conn *c)
 {
     struct queued *q;
+    struct req *r;
     int n = 0;
 
+    /* Only a live connection has any: tell_running drops them at a close, EOF or QUIT. */
+    while ((r = TAILQ_FIRST(&c->starting)) != NULL) {
+        TAILQ_REMOVE(&c->starting, r, idlink);
+        r->gone = NULL;
+        cmd_run(r);
+    }
     while (!c->closing && !c->quitting && !c->untagged_busy && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
@@ -424,6 +467,8 @@ static void take_line(struct conn *c, const char *line, size_t len)
     uint64_t now = now_ms();
     struct queued *q;
 
+    if (c->quitting)
+        return; /* nothing sent after QUIT runs */
     if (c->session)
         session_touch(c->session);
     if (is_tagged(line) || (!c->untagged_busy && TAILQ_EMPTY(&c->queued))) {
@@ -504,18 +549,12 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
  * for any closed connection. Then the connection closes. */
 static void on_eof(struct conn *c)
 {
-    struct req *r, *next;
-
     c->eof = 1;
     event_del(c->readable);
     free(c->part);
     c->part = NULL;
     c->partlen = 0;
-    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
-        next = TAILQ_NEXT(r, link);
-        if (r->gone)
-            r->gone(r);
-    }
+    tell_running(c, 0);
     advance_soon(c);
 }
 
@@ -527,6 +566,7 @@ void conn_close_soon(struct conn *c, const char *reason)
     c->closing = 1;
     c->close_reason = reason;
     event_del(c->readable);
+    tell_running(c, 0);
     if (c->out == NULL)
         reap_soon(c, reason);
 }
@@ -534,17 +574,13 @@ void conn_close_soon(struct conn *c, const char *reason)
 static void conn_free(struct conn *c, const char *reason)
 {
     struct dlockd *d = c->d;
-    struct req *r, *next;
+    struct req *r;
     struct queued *q;
 
     if (reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
     c->closing = 1;
-    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
-        next = TAILQ_NEXT(r, link);
-        if (r->gone)
-            r->gone(r);
-    }
+    tell_running(c, 0);
     while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, q, link);
         free(q);
@@ -630,6 +666,7 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
         deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
+    TAILQ_INIT(&c->starting);
     c->fd = fd;
     if ((c->readable = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
         event_add(c->readable, NULL) != 0)

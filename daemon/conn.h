@@ -22,13 +22,14 @@ struct req {
     char sid[DLOCKD_ID_LEN + 1];      /* session at dispatch; look it up again after a wait */
     struct proto_req pr;              /* points into line */
     int untagged;
+    int marker;                       /* not a request: where a walk of the running list is */
     void (*gone)(struct req *r);      /* called if the connection closes first */
     void (*quit)(struct req *r);      /* called at QUIT instead of gone; must end r in time */
     void *ctx;                        /* the verb's state, for gone */
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
     TAILQ_ENTRY(req) link;            /* in the connection's running list */
-    TAILQ_ENTRY(req) idlink;          /* in an id record's repeats */
+    TAILQ_ENTRY(req) idlink;          /* in an id record's repeats, then in c->starting */
     size_t len;                       /* bytes in line (a NUL among them is refused) */
     char line[];
 };
@@ -65,6 +66,7 @@ struct conn {
     const char *close_reason; /* for the log, when it is freed */
     TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
     struct req_list running;  /* requests being served */
+    struct req_list starting; /* repeats that took an id over, to run on the next advance */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
     TAILQ_ENTRY(conn) advance_link; /* in d->advancing */
     TAILQ_ENTRY(conn) reap_link;    /* in d->reaping */
@@ -92,6 +94,12 @@ void req_err(struct req *r, enum proto_err e, const char *fmt, ...) __attribute_
 void req_send(struct req *r, const char *body);
 /* Ends r without a reply (its connection is gone). */
 void req_drop(struct req *r);
+/*
+ * Runs r (cmd_run) from its connection's next advance, never inside the
+ * caller. Returns -1, leaving r as it is, when the connection is closing,
+ * half-closed or quitting: nothing new may start there.
+ */
+int req_start_soon(struct req *r);
 /* The live session of r, or NULL when it ended meanwhile. */
 struct session *req_session(struct req *r);
 
@@ -108,7 +116,10 @@ int conn_gone(const struct conn *c);
 void conn_quit(struct conn *c, struct req *r);
 /* Marks c authenticated. */
 void conn_authed(struct conn *c);
-/* Closes c once its output is written; never frees it before returning. */
+/*
+ * Stops reading c, cancels what it runs (as its close does) and closes it
+ * once its output is written; never frees it before returning.
+ */
 void conn_close_soon(struct conn *c, const char *reason);
 /* Closes every connection now and frees what conn_init made (shutdown). */
 void conn_close_all(struct dlockd *d);

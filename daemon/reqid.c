@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd.h"
 #include "conn.h"
 #include "dict.h"
 #include "log.h"
@@ -103,20 +102,22 @@ void reqid_answered(struct req *r, const char *body)
 void reqid_dropped(struct req *r)
 {
     struct idrec *rec = r->idrec;
-    struct req *retry = TAILQ_FIRST(&rec->retries);
+    struct req *retry;
 
     r->idrec = NULL;
     rec->owner = NULL;
-    if (retry == NULL) {
-        rec_free(rec);
-        return;
+    while ((retry = TAILQ_FIRST(&rec->retries)) != NULL) {
+        TAILQ_REMOVE(&rec->retries, retry, idlink);
+        retry->gone = NULL;
+        /* The first repeat that can start takes over the id; the others wait for it. */
+        if (req_start_soon(retry) == 0) {
+            retry->idrec = rec;
+            rec->owner = retry;
+            return;
+        }
+        req_drop(retry); /* its connection is going: nothing starts there */
     }
-    /* The first repeat takes over the id and runs; the others wait for it. */
-    TAILQ_REMOVE(&rec->retries, retry, idlink);
-    retry->gone = NULL;
-    retry->idrec = rec;
-    rec->owner = retry;
-    cmd_run(retry);
+    rec_free(rec);
 }
 
 void reqid_free_session(struct session *s)

@@ -31,7 +31,10 @@ struct idrec {
 int reqid_begin(struct req *r, struct session *s);
 /* r, which owns an id, was answered with body. */
 void reqid_answered(struct req *r, const char *body);
-/* r, which owns an id, ends without a reply: the id is forgotten and its repeats run. */
+/*
+ * r, which owns an id, ends without a reply: the first repeat takes the id
+ * over and starts on a later turn of the loop; without one, the id is forgotten.
+ */
 void reqid_dropped(struct req *r);
 /* Forgets every id of s. */
 void reqid_free_session(struct session *s);
