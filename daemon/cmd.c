@@ -183,6 +183,11 @@ void cmd_dispatch(struct req *r)
     }
     cmd = &cmds[r->pr.verb];
     r->d->stats.requests[cmd->verb]++;
+    if (c->nrunning > r->d->cfg.max_inflight) {
+        req_err(r, PROTO_ELIMIT, "more than %lld requests at once on this connection (max-inflight)",
+                (long long)r->d->cfg.max_inflight);
+        return;
+    }
     if (!c->authed && !(cmd->flags & CMD_PREAUTH)) {
         req_err(r, PROTO_ENOAUTH, "authentication required");
         return;

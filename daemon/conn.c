@@ -140,6 +140,7 @@ static void req_end(struct req *r)
         reqid_dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
+        c->nrunning--;
         if (r->untagged)
             c->untagged_busy = 0;
         advance_soon(c);
@@ -390,6 +391,7 @@ static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_
 static void run(struct conn *c, struct req *r)
 {
     TAILQ_INSERT_TAIL(&c->running, r, link);
+    c->nrunning++;
     if (r->untagged)
         c->untagged_busy = 1;
     cmd_dispatch(r);
@@ -422,6 +424,7 @@ static void advance(struct conn *c)
             return;
         }
         TAILQ_REMOVE(&c->queued, q, link);
+        c->nqueued--;
         run(c, req_new(c, q->line, q->len, q->arrived));
         free(q);
     }
@@ -462,8 +465,20 @@ static void advance_soon(struct conn *c)
     event_active(c->d->advance, EV_TIMEOUT, 0);
 }
 
+/* A line finds the queue full: its reply could only come out of turn, so c closes. */
+static void refuse_queued(struct conn *c, int64_t max)
+{
+    char why[96];
+
+    snprintf(why, sizeof(why), "more than %lld requests wait their turn (max-queued)", (long long)max);
+    log_warnx("c%llu: %s: %s, closing", (unsigned long long)c->id, c->peer, why);
+    conn_err(c, PROTO_ELIMIT, "%s", why);
+    conn_close_soon(c, "too many queued requests");
+}
+
 static void take_line(struct conn *c, const char *line, size_t len)
 {
+    int64_t max = c->d->cfg.max_queued;
     uint64_t now = now_ms();
     struct queued *q;
 
@@ -475,6 +490,10 @@ static void take_line(struct conn *c, const char *line, size_t len)
         run(c, req_new(c, line, len, now));
         return;
     }
+    if (c->nqueued >= max) {
+        refuse_queued(c, max);
+        return;
+    }
     /* Its turn may be far: until then it is kept as a line, not as a request. */
     if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
         fatalx("conn: out of memory");
@@ -483,6 +502,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
     memcpy(q->line, line, len);
     q->line[len] = '\0';
     TAILQ_INSERT_TAIL(&c->queued, q, link);
+    c->nqueued++;
 }
 
 /* Splits what arrived into lines, after the incomplete line c kept, if any. */

@@ -65,7 +65,9 @@ struct conn {
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     const char *close_reason; /* for the log, when it is freed */
     TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
+    int nqueued;              /* lines in queued */
     struct req_list running;  /* requests being served */
+    int nrunning;             /* requests in running */
     struct req_list starting; /* repeats that took an id over, to run on the next advance */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
     TAILQ_ENTRY(conn) advance_link; /* in d->advancing */

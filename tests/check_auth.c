@@ -113,6 +113,42 @@ START_TEST(test_nothing_runs_after_quit)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- per-connection limits (item 4) */
+
+START_TEST(test_max_queued)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--max-queued", "4"));
+    struct h_conn *o = H_CLIENT(d, "name=o"), *c = H_CLIENT(d, "name=c");
+    static const char lines[] = "LOCK mq wait=inf\nPING\nPING\nPING\nPING\n";
+
+    H_LOCK_NEW(o, "mq");
+    ck_assert_int_eq(h_send_raw(c, lines, sizeof(lines) - 1), 0);
+    ck_assert(h_wait_waiters(o, "mq", 1, 3000));
+    H_REQ(c, "#t OK", "#t PING"); /* tagged lines do not queue */
+    ck_assert_int_eq(h_send(c, "PING"), 0);
+    H_REPLY(c, "ERR LIMIT more than 4 requests wait their turn (max-queued)", H_TIMEOUT);
+    H_EOF(c, 3000);
+    ck_assert(waiters_are(o, "mq", 0, 3000));
+}
+END_TEST
+
+START_TEST(test_max_inflight)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--max-inflight", "3"));
+    struct h_conn *o = H_CLIENT(d, "name=o"), *c = H_CLIENT(d, "name=c");
+
+    H_REQ(o, "OK tokens=%*", "LOCK mi1 mi2 mi3");
+    for (int i = 1; i <= 3; i++)
+        ck_assert_int_eq(h_send(c, "#w%d LOCK mi%d wait=inf", i, i), 0);
+    ck_assert(h_wait_waiters(o, "mi3", 1, 3000));
+    H_REQ(c, "#x ERR LIMIT more than 3 requests at once on this connection (max-inflight)", "#x PING");
+    H_REQ(c, "ERR LIMIT%*", "PING");
+    H_REQ(o, "OK count=0", "UNLOCK mi1");
+    H_REPLY(c, "#w1 OK token=%d count=1", H_TIMEOUT);
+    H_REQ(c, "#y OK", "#y PING");
+}
+END_TEST
+
 /* ---------------------------------------------------------------- framing (item 5) and long replies (item 6) */
 
 START_TEST(test_control_bytes)
@@ -174,6 +210,8 @@ static Suite *auth_suite(void)
 
     tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
     tcase_set_timeout(cfg, 60);
+    tcase_add_test(cfg, test_max_queued);
+    tcase_add_test(cfg, test_max_inflight);
     suite_add_tcase(s, cfg);
     return s;
 }

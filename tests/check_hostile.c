@@ -676,8 +676,8 @@ START_TEST(test_pipelined_quit)
 END_TEST
 
 /* Untagged requests pipelined behind one that waits for Redis run one after the other when it
- * is answered, in order, however many there are. (Each one used to be run from inside the reply
- * of the one before: a few hundred of them overflowed the daemon's stack.) */
+ * is answered, in order, as many as max-queued lets wait. (Each one used to be run from inside
+ * the reply of the one before: a few hundred of them overflowed the daemon's stack.) */
 START_TEST(test_pipelined_untagged)
 {
     const int n = 100000;
@@ -688,7 +688,7 @@ START_TEST(test_pipelined_untagged)
     int ok = 0, locked;
     int64_t start;
 
-    D = h_dlockd_start(R->port, NULL);
+    D = h_dlockd_start(R->port, H_ARGS("--max-queued", "100000"));
     probe = H_CLIENT(D, "name=probe");
     strcpy(burst, "LOCK pu\n");
     for (int i = 0; i < n; i++)
