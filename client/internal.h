@@ -109,6 +109,7 @@ struct dlock {
     unsigned gen;                 /* connection generation, bumped per connection */
     int cur;                      /* index of the address the session lives on */
     char session[PROTO_STR_MAX + 1]; /* session id; "" before the first HELLO */
+    char secret[PROTO_STR_MAX + 1];  /* its secret, from the last HELLO; resumes it */
     int session_dead;             /* the session is gone: the next HELLO starts a new one */
     int64_t ttl;                  /* session ttl granted by the server, ms */
     int64_t safe_until;           /* send time of the last acknowledged heartbeat + ttl */

@@ -315,13 +315,14 @@ struct hello {
     int64_t sent;                    /* when HELLO was sent */
     int64_t ttl;                     /* granted */
     char sid[PROTO_STR_MAX + 1];     /* session id */
+    char secret[PROTO_STR_MAX + 1];  /* its secret */
 };
 
 /* The HELLO reply into out. 0 or a DLOCK_ERR_*. */
 static int parse_hello(char *reply, struct hello *out)
 {
     struct proto_reply rp;
-    const char *sid, *ttl;
+    const char *sid, *ttl, *secret;
 
     if (proto_parse_reply(reply, &rp) < 0)
         return DLOCK_ERR_PROTO;
@@ -333,18 +334,20 @@ static int parse_hello(char *reply, struct hello *out)
         out->ttl <= 0)
         return DLOCK_ERR_PROTO;
     snprintf(out->sid, sizeof(out->sid), "%s", sid);
+    secret = proto_reply_get(&rp, "secret");
+    snprintf(out->secret, sizeof(out->secret), "%s", secret ? secret : "");
     return 0;
 }
 
-/* Says HELLO on fd (resuming sid when not NULL). 0 or a DLOCK_ERR_*. */
-static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, struct hello *out)
+/* Says HELLO on fd (resuming sid with its secret when sid is not NULL). 0 or a DLOCK_ERR_*. */
+static int hello(struct dlock *h, int fd, const char *sid, const char *secret, int64_t deadline, struct hello *out)
 {
     char *line = NULL, *reply;
     size_t len = 0, cap = 0;
     int rc, bad = dl_appendf(&line, &len, &cap, "#hello HELLO");
 
     if (!bad && sid)
-        bad = dl_appendf(&line, &len, &cap, " session=%s", sid);
+        bad = dl_appendf(&line, &len, &cap, " session=%s secret=%s", sid, secret);
     if (!bad && h->opt.ttl_ms > 0)
         bad = dl_appendf(&line, &len, &cap, " ttl=%lld", h->opt.ttl_ms);
     if (!bad && h->opt.name[0])
@@ -357,7 +360,7 @@ static int hello(struct dlock *h, int fd, const char *sid, int64_t deadline, str
     }
     out->sent = dl_now();
     bad = send_all(fd, line, len, deadline);
-    memset(line, 0, len); /* it may carry the password */
+    memset(line, 0, len); /* it may carry the password and the secret */
     free(line);
     if (bad || (reply = sync_reply(h, fd, "hello", deadline)) == NULL)
         return DLOCK_ERR_CONN;
@@ -376,6 +379,7 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
     h->up = 1;
     h->cur = idx;
     memcpy(h->session, hl->sid, sizeof(h->session));
+    memcpy(h->secret, hl->secret, sizeof(h->secret));
     h->session_dead = 0;
     h->ttl = hl->ttl;
     h->safe_until = hl->sent + hl->ttl;
@@ -397,12 +401,13 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
 /* One round of connection attempts. 0 when connected, else a DLOCK_ERR_*. Called without h->mu. */
 static int try_connect(struct dlock *h)
 {
-    char sid[PROTO_STR_MAX + 1];
+    char sid[PROTO_STR_MAX + 1], secret[PROTO_STR_MAX + 1];
     int naddr = h->opt.naddrs, rc = DLOCK_ERR_CONN, fresh, cur, tries;
 
     pthread_mutex_lock(&h->mu);
     fresh = h->session_dead || h->session[0] == '\0';
     memcpy(sid, h->session, sizeof(sid));
+    memcpy(secret, h->secret, sizeof(secret));
     cur = h->cur;
     pthread_mutex_unlock(&h->mu);
     /* A live session exists only on its own server: try others only once it is surely gone. */
@@ -416,14 +421,14 @@ static int try_connect(struct dlock *h)
             continue;
         proto_lines_free(&h->lines);
         proto_lines_init(&h->lines, DL_REPLY_MAX);
-        rc = hello(h, fd, fresh ? NULL : sid, deadline, &hl);
+        rc = hello(h, fd, fresh ? NULL : sid, secret, deadline, &hl);
         if (rc == 0 && !fresh)
             resumed = 1;
         if (rc == DLOCK_ERR_NOSESSION) {
             pthread_mutex_lock(&h->mu);
             session_dead(h, "expired");
             pthread_mutex_unlock(&h->mu);
-            rc = hello(h, fd, NULL, deadline, &hl);
+            rc = hello(h, fd, NULL, NULL, deadline, &hl);
         }
         if (rc != 0) {
             close(fd);

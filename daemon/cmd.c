@@ -32,20 +32,36 @@ static int password_ok(const char *want, const char *got)
     return diff == 0;
 }
 
-/* A wrong password is answered after auth-fail-delay, to slow down guessing. */
+static const char NOSESSION_TEXT[] = "no live session with that id and secret";
+
+/*
+ * A wrong password, or a session that cannot be resumed, is answered after
+ * auth-fail-delay: that slows down guessing, and a wrong secret cannot be
+ * told from an unknown session by the time its answer takes.
+ */
 struct refusal {
     struct deadline dl;
     struct req *r;
+    enum proto_err e;  /* PROTO_ENOAUTH or PROTO_ENOSESSION */
 };
+
+static void refuse(struct req *r, enum proto_err e)
+{
+    if (e == PROTO_ENOSESSION)
+        req_err(r, e, "%s", NOSESSION_TEXT);
+    else
+        req_err(r, e, "invalid password");
+}
 
 static void refusal_fire(struct deadline *dl)
 {
     struct refusal *x = container_of(dl, struct refusal, dl);
     struct req *r = x->r;
+    enum proto_err e = x->e;
 
     free(x);
     r->gone = NULL;
-    req_err(r, PROTO_ENOAUTH, "invalid password");
+    refuse(r, e);
 }
 
 static void refusal_gone(struct req *r)
@@ -57,54 +73,45 @@ static void refusal_gone(struct req *r)
     req_drop(r);
 }
 
-static void refuse_password(struct req *r)
+static void refuse_later(struct req *r, enum proto_err e)
 {
     struct refusal *x;
 
-    log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
     if (r->d->cfg.auth_fail_delay == 0) {
-        req_err(r, PROTO_ENOAUTH, "invalid password");
+        refuse(r, e);
         return;
     }
     if ((x = calloc(1, sizeof(*x))) == NULL)
         fatalx("cmd: out of memory");
     x->r = r;
+    x->e = e;
     deadline_init(&x->dl, refusal_fire);
     deadline_arm(r->d->deadlines, &x->dl, now_ms() + (uint64_t)r->d->cfg.auth_fail_delay);
     r->gone = refusal_gone;
     r->ctx = x;
 }
 
-static void cmd_hello(struct req *r)
+/* Checks the password of AUTH or HELLO auth=. Returns 1 when it matches (c
+ * is then authenticated), else 0 with r answered now or later. */
+static int authenticate(struct req *r, const char *password)
+{
+    if (r->d->cfg.requirepass == NULL) {
+        req_err(r, PROTO_ENOAUTH, "no password is configured");
+        return 0;
+    }
+    if (password_ok(r->d->cfg.requirepass, password)) {
+        conn_authed(r->c);
+        return 1;
+    }
+    log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
+    refuse_later(r, PROTO_ENOAUTH);
+    return 0;
+}
+
+static void hello_reply(struct req *r, struct session *s, const char *secret, int resumed)
 {
     struct conn *c = r->c;
-    struct session *s = c->session, *old;
-    int resumed = 0;
 
-    if (r->pr.has & PROTO_O_AUTH) {
-        if (r->d->cfg.requirepass == NULL) {
-            req_err(r, PROTO_ENOAUTH, "no password is configured");
-            return;
-        }
-        if (!password_ok(r->d->cfg.requirepass, r->pr.auth)) {
-            refuse_password(r);
-            return;
-        }
-        conn_authed(c);
-    }
-    if (r->pr.has & PROTO_O_SESSION) {
-        if ((old = session_find(r->d, r->pr.session)) == NULL) {
-            req_err(r, PROTO_ENOSESSION, "no live session '%s'", r->pr.session);
-            return;
-        }
-        if (old != s) {
-            if (s && TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
-                session_end(s, SESSION_QUIT);
-            s = old;
-            session_attach(s, c);
-        }
-        resumed = 1;
-    }
     session_touch(s);
     s->hello = 1;
     if (r->pr.has & PROTO_O_TTL)
@@ -114,8 +121,42 @@ static void cmd_hello(struct req *r)
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
-    req_reply(r, "OK", "session=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d", s->id, (long long)s->ttl,
-              PROTO_VERSION, PACKAGE_VERSION, resumed);
+    req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
+              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)r->d->cfg.lock_lease);
+}
+
+/* HELLO session= secret=: moves the session here; the connection's own one
+ * is dropped unless it holds or waits for something. */
+static void hello_resume(struct req *r)
+{
+    struct conn *c = r->c;
+    struct session *s = c->session, *old;
+
+    old = session_check(r->d, r->pr.session, (r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "");
+    if (old == NULL) {
+        refuse_later(r, PROTO_ENOSESSION);
+        return;
+    }
+    if (old != s) {
+        if (TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
+            session_end(s, SESSION_QUIT);
+        session_attach(old, c);
+    }
+    hello_reply(r, old, r->pr.secret, 1);
+}
+
+static void cmd_hello(struct req *r)
+{
+    char secret[SESSION_SECRET_LEN + 1];
+
+    if ((r->pr.has & PROTO_O_AUTH) && !authenticate(r, r->pr.auth))
+        return;
+    if (r->pr.has & PROTO_O_SESSION) {
+        hello_resume(r);
+        return;
+    }
+    session_new_secret(r->c->session, secret);
+    hello_reply(r, r->c->session, secret, 0);
 }
 
 static void cmd_ping(struct req *r)
@@ -130,16 +171,8 @@ static void cmd_quit(struct req *r)
 
 static void cmd_auth(struct req *r)
 {
-    if (r->d->cfg.requirepass == NULL) {
-        req_err(r, PROTO_ENOAUTH, "no password is configured");
-        return;
-    }
-    if (!password_ok(r->d->cfg.requirepass, r->pr.names[0])) {
-        refuse_password(r);
-        return;
-    }
-    conn_authed(r->c);
-    req_reply(r, "OK", NULL);
+    if (authenticate(r, r->pr.names[0]))
+        req_reply(r, "OK", NULL);
 }
 
 static void cmd_info(struct req *r)

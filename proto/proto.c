@@ -40,7 +40,8 @@ struct verb_spec {
 #define O_LOCKER (PROTO_O_OWNER | PROTO_O_ID)
 
 static const struct verb_spec verbs[VERB_NVERBS] = {
-    [VERB_HELLO] = {"HELLO", 0, 0, 0, 0, PROTO_O_TTL | PROTO_O_NAME | PROTO_O_SESSION | PROTO_O_AUTH, 0},
+    [VERB_HELLO] = {"HELLO", 0, 0, 0, 0,
+                    PROTO_O_TTL | PROTO_O_NAME | PROTO_O_SESSION | PROTO_O_SECRET | PROTO_O_AUTH, 0},
     [VERB_PING] = {"PING", 0, 0, 0, 0, 0, 0},
     [VERB_QUIT] = {"QUIT", 0, 0, 0, 0, 0, 0},
     [VERB_AUTH] = {"AUTH", 1, 1, 1, 0, 0, 0},
@@ -71,7 +72,7 @@ enum opt_type {
     OPT_DUR,  /* duration > 0, no inf */
     OPT_INT,  /* decimal integer >= min */
     OPT_STR,  /* printable string of at most PROTO_STR_MAX bytes */
-    OPT_RAW,  /* any non-empty token (a password) */
+    OPT_RAW,  /* any non-empty token (a password, a secret): never quoted back */
 };
 
 struct opt_spec {
@@ -92,6 +93,7 @@ static const struct opt_spec opts[] = {
     {"name", PROTO_O_NAME, OPT_STR, 1, AT(client_name)},
     {"session", PROTO_O_SESSION, OPT_STR, 1, AT(session)},
     {"auth", PROTO_O_AUTH, OPT_RAW, 1, AT(auth)},
+    {"secret", PROTO_O_SECRET, OPT_RAW, 1, AT(secret)},
     {"id", PROTO_O_ID, OPT_STR, 1, AT(id)},
     {"limit", PROTO_O_LIMIT, OPT_INT, 1, AT(limit)},
     {"permits", PROTO_O_PERMITS, OPT_INT, 1, AT(permits)},

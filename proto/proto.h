@@ -67,6 +67,7 @@ enum proto_verb {
 #define PROTO_O_COUNT (1u << 9)
 #define PROTO_O_N (1u << 10)
 #define PROTO_O_ID (1u << 11)
+#define PROTO_O_SECRET (1u << 12)
 
 /* A parsed request. String pointers point into the line given to proto_parse(). */
 struct proto_req {
@@ -84,6 +85,7 @@ struct proto_req {
     const char *client_name;          /* name= of HELLO */
     const char *session;              /* session= of HELLO */
     const char *auth;                 /* auth= of HELLO */
+    const char *secret;               /* secret= of HELLO */
     const char *id;                   /* id= request id */
 };
 

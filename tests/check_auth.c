@@ -27,6 +27,12 @@ static int waiters_are(struct h_conn *c, const char *name, long long n, int time
     return 0;
 }
 
+/* 1 when the 32 characters of s are lower-case hex and nothing follows. */
+static int is_secret(const char *s)
+{
+    return strlen(s) == 32 && strspn(s, "0123456789abcdef") == 32;
+}
+
 /* ---------------------------------------------------------------- closes (item 1) */
 
 /*
@@ -110,6 +116,157 @@ START_TEST(test_nothing_runs_after_quit)
     H_REPLY(c, "OK", H_TIMEOUT);
     H_EOF(c, 3000);
     ck_assert(waiters_are(o, "aq", 0, 1000));
+}
+END_TEST
+
+/* ---------------------------------------------------------------- sessions with a secret (item 2) */
+
+#define HELLO_OK "OK session=%x secret=%x ttl=%d proto=1 server=dlockd/%w resumed=%d lease=%d"
+
+START_TEST(test_hello_secret)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--lock-lease", "12s"));
+    struct h_conn *c = H_CONNECT(d->port), *n = H_CONNECT(d->port);
+    char sid[64], s1[64], s2[64], pat[256];
+    const char *r;
+
+    r = H_REQ(c, "OK session=%x secret=%x ttl=10000 proto=1 server=dlockd/%w resumed=0 lease=12000", "HELLO");
+    ck_assert_int_eq(h_kv(r, "session", sid, sizeof sid), 0);
+    ck_assert_int_eq(h_kv(r, "secret", s1, sizeof s1), 0);
+    ck_assert_msg(is_secret(s1), "secret '%s' is not 32 hex digits", s1);
+    /* A HELLO without session= gives a new secret; the one before no longer resumes. */
+    r = H_REQ(c, HELLO_OK, "HELLO ttl=30s");
+    ck_assert_int_eq(h_kv(r, "secret", s2, sizeof s2), 0);
+    ck_assert(is_secret(s2));
+    ck_assert_str_ne(s1, s2);
+    H_REQ(n, "ERR NOSESSION%*", "HELLO session=%s secret=%s", sid, s1);
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=30000 proto=1 server=dlockd/%%w resumed=1 lease=12000", sid,
+             s2);
+    H_REQ(n, pat, "HELLO session=%s secret=%s", sid, s2);
+    H_EVENT(c, "* BYE reason=moved", 3000);
+    /* Resuming keeps the secret: a reply lost on the way does not lose the session. */
+    H_REQ(n, pat, "HELLO session=%s secret=%s", sid, s2);
+}
+END_TEST
+
+/* Missing, wrong or cut secret, unknown id: one reply, after auth-fail-delay each. */
+START_TEST(test_resume_refusals)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--auth-fail-delay", "300ms"));
+    struct h_conn *a = H_CLIENT(d, "name=a"), *n = H_CONNECT(d->port);
+    char tries[5][160], first[256], pat[256], cut[64];
+    int64_t t0, el;
+
+    snprintf(cut, sizeof cut, "%.31s", a->secret);
+    snprintf(tries[0], sizeof tries[0], "HELLO session=%s", a->session);
+    snprintf(tries[1], sizeof tries[1], "HELLO session=%s secret=0123456789abcdef0123456789abcdef", a->session);
+    snprintf(tries[2], sizeof tries[2], "HELLO session=%s secret=%s", a->session, cut);
+    snprintf(tries[3], sizeof tries[3], "HELLO session=%s secret=%sx", a->session, a->secret);
+    snprintf(tries[4], sizeof tries[4], "HELLO session=0123456789abcdef secret=%s", a->secret);
+    for (int i = 0; i < 5; i++) {
+        const char *r;
+
+        t0 = h_now_ms();
+        r = H_REQ(n, "ERR NOSESSION %*", "%s", tries[i]);
+        el = h_now_ms() - t0;
+        ck_assert_msg(el >= 280, "'%s' answered after %lld ms (auth-fail-delay 300ms)", tries[i], (long long)el);
+        if (i == 0)
+            snprintf(first, sizeof first, "%s", r);
+        ck_assert_str_eq(r, first);
+    }
+    /* None of them touched the session. */
+    H_REQ(a, "OK", "PING");
+    ck_assert_ptr_null(h_event(a, NULL, 0));
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s %%*resumed=1%%*", a->session, a->secret);
+    t0 = h_now_ms();
+    H_REQ(n, pat, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_int_lt(h_now_ms() - t0, 250);
+}
+END_TEST
+
+/* Resuming a session whose connection is open moves it: BYE moved, the old
+ * connection's waits are cancelled, the holds stay with the session. */
+START_TEST(test_resume_moves)
+{
+    struct h_conn *a = H_CLIENT(D, "name=a ttl=30s"), *o = H_CLIENT(D, "name=o"), *b = H_CONNECT(D->port);
+    char pat[256];
+    long long t = H_LOCK_NEW(a, "mv");
+
+    H_LOCK_NEW(o, "mv-w");
+    ck_assert_int_eq(h_send(a, "LOCK mv-w wait=inf"), 0);
+    ck_assert(h_wait_waiters(o, "mv-w", 1, 3000));
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s %%*resumed=1%%*", a->session, a->secret);
+    H_REQ(b, pat, "HELLO session=%s secret=%s", a->session, a->secret);
+    H_EVENT(a, "* BYE reason=moved", 3000);
+    H_EOF(a, 3000);
+    ck_assert(waiters_are(o, "mv-w", 0, 3000));
+    H_REQ(o, "OK count=0", "UNLOCK mv-w");
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(b, pat, "LOCK mv");
+    H_REQ(o, "BUSY holder=a ttl=%d", "LOCK mv");
+    H_LOCK_NEW(o, "mv-w"); /* nobody was granted it for the cancelled wait */
+}
+END_TEST
+
+/* Every value of every key in Redis, one per line. */
+static char *redis_dump(int port)
+{
+    char *keys = h_redis_cmd(port, "KEYS", "*", NULL), *out = strdup(""), *save = NULL;
+
+    for (char *k = keys ? strtok_r(keys, "\n", &save) : NULL; k; k = strtok_r(NULL, "\n", &save)) {
+        char *type = h_redis_cmd(port, "TYPE", k, NULL), *v = NULL, *more;
+
+        if (type && strcmp(type, "hash") == 0)
+            v = h_redis_cmd(port, "HGETALL", k, NULL);
+        else if (type && strcmp(type, "zset") == 0)
+            v = h_redis_cmd(port, "ZRANGE", k, "0", "-1", NULL);
+        else if (type && strcmp(type, "string") == 0)
+            v = h_redis_cmd(port, "GET", k, NULL);
+        if (asprintf(&more, "%s%s\n%s\n", out, k, v ? v : "") < 0)
+            H_FAIL("out of memory");
+        free(out);
+        out = more;
+        free(type);
+        free(v);
+    }
+    free(keys);
+    return out;
+}
+
+START_TEST(test_secret_stays_secret)
+{
+    int http = h_free_port();
+    char admin[64], *log, *dump, *body = NULL;
+    struct h_dlockd *d;
+    struct h_conn *a, *b, *o;
+    const char *where[5];
+
+    snprintf(admin, sizeof admin, "127.0.0.1:%d", http);
+    d = h_dlockd_start(R->port, H_ARGS("--admin-listen", admin));
+    a = H_CLIENT(d, "name=a");
+    o = H_CLIENT(d, "name=o");
+    b = H_CONNECT(d->port);
+    H_LOCK_NEW(a, "ss");
+    H_LOCK_NEW(o, "ss-w");
+    ck_assert_int_eq(h_send(a, "#w LOCK ss-w wait=inf"), 0);
+    ck_assert(h_wait_waiters(o, "ss-w", 1, 3000));
+    H_REQ(b, "OK session=%x secret=%x %*resumed=1%*", "HELLO session=%s secret=%s", a->session, a->secret);
+    H_REQ(b, "ERR NOSESSION%*", "HELLO session=%s secret=%s", o->session, a->secret);
+    H_REQ(o, "BUSY holder=a ttl=%d", "LOCK ss");
+    where[0] = H_REQ(b, "OK {%*}", "STATUS ss");
+    where[1] = H_REQ(o, "OK {%*}", "INFO");
+    ck_assert_int_eq(h_http_get(http, "/metrics", NULL, &body, H_TIMEOUT), 200);
+    where[2] = body;
+    where[3] = log = h_dlockd_log_read(d);
+    where[4] = dump = redis_dump(R->port);
+    ck_assert_ptr_nonnull(strstr(log, a->session));
+    ck_assert_ptr_nonnull(strstr(dump, a->session));
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(strstr(where[i], a->secret) == NULL, "the secret is in %s", (const char *[]){
+                          "STATUS", "INFO", "/metrics", "the log", "Redis"}[i]);
+    free(body);
+    free(log);
+    free(dump);
 }
 END_TEST
 
@@ -204,12 +361,16 @@ static Suite *auth_suite(void)
     tcase_add_loop_test(tc, test_close_with_parked_repeat, 0, (int)(sizeof closes / sizeof closes[0]));
     tcase_add_test(tc, test_quit_with_parked_repeat_redis_down);
     tcase_add_test(tc, test_nothing_runs_after_quit);
+    tcase_add_test(tc, test_resume_moves);
     tcase_add_test(tc, test_control_bytes);
     tcase_add_test(tc, test_long_reply);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
     tcase_set_timeout(cfg, 60);
+    tcase_add_test(cfg, test_hello_secret);
+    tcase_add_test(cfg, test_resume_refusals);
+    tcase_add_test(cfg, test_secret_stays_secret);
     tcase_add_test(cfg, test_max_queued);
     tcase_add_test(cfg, test_max_inflight);
     suite_add_tcase(s, cfg);

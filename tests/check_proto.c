@@ -407,11 +407,13 @@ START_TEST(test_hello)
     ck_assert_uint_eq(req.has, 0);
     ck_assert_int_eq(req.nnames, 0);
 
-    ck_assert_int_eq(parse("HELLO name=billing-7 ttl=30s session=9f1c2a7e0b3d auth=s3=cr3t", &req), PROTO_OK);
-    ck_assert_uint_eq(req.has, PROTO_O_NAME | PROTO_O_TTL | PROTO_O_SESSION | PROTO_O_AUTH);
+    ck_assert_int_eq(parse("HELLO name=billing-7 ttl=30s session=9f1c2a7e0b3d secret=5be0c1 auth=s3=cr3t", &req),
+                     PROTO_OK);
+    ck_assert_uint_eq(req.has, PROTO_O_NAME | PROTO_O_TTL | PROTO_O_SESSION | PROTO_O_SECRET | PROTO_O_AUTH);
     ck_assert_str_eq(req.client_name, "billing-7");
     ck_assert_int_eq(req.ttl_ms, 30000);
     ck_assert_str_eq(req.session, "9f1c2a7e0b3d");
+    ck_assert_str_eq(req.secret, "5be0c1");
     ck_assert_str_eq(req.auth, "s3=cr3t");
 
     ck_assert_int_eq(parse(fmt("HELLO name=%s", rep('c', 200)), &req), PROTO_OK);
@@ -430,6 +432,9 @@ START_TEST(test_hello)
         {"HELLO name=", PROTO_ESYNTAX, "bad value 'name='"},
         {"HELLO session=", PROTO_ESYNTAX, NULL},
         {"HELLO auth=", PROTO_ESYNTAX, NULL},
+        {"HELLO secret=", PROTO_ESYNTAX, NULL},
+        {"HELLO secret=a secret=a", PROTO_ESYNTAX, "duplicate option 'secret'"},
+        {"LOCK x secret=a", PROTO_ESYNTAX, "LOCK does not take option 'secret'"},
         {"HELLO foo=1", PROTO_ESYNTAX, "unknown option 'foo'"},
         {"HELLO TTL=1s", PROTO_ESYNTAX, "unknown option 'TTL'"},
         {"HELLO =1", PROTO_ESYNTAX, NULL},
