@@ -32,6 +32,8 @@ static int password_ok(const char *want, const char *got)
     return diff == 0;
 }
 
+#define AUTH_TRIES 3 /* wrong passwords before the connection is closed, as sshd's MaxAuthTries */
+
 static const char NOSESSION_TEXT[] = "no live session with that id and secret";
 
 /*
@@ -45,12 +47,20 @@ struct refusal {
     enum proto_err e;  /* PROTO_ENOAUTH or PROTO_ENOSESSION */
 };
 
+/* Answers the refusal; a connection out of password tries is closed after it. */
 static void refuse(struct req *r, enum proto_err e)
 {
+    struct conn *c = r->c;
+    int last = e == PROTO_ENOAUTH && c->auth_failures >= AUTH_TRIES;
+
     if (e == PROTO_ENOSESSION)
         req_err(r, e, "%s", NOSESSION_TEXT);
+    else if (last)
+        req_err(r, e, "invalid password; closing after %d wrong passwords", AUTH_TRIES);
     else
         req_err(r, e, "invalid password");
+    if (last)
+        conn_close_soon(c, "too many wrong passwords");
 }
 
 static void refusal_fire(struct deadline *dl)
@@ -61,6 +71,8 @@ static void refusal_fire(struct deadline *dl)
 
     free(x);
     r->gone = NULL;
+    if (e == PROTO_ENOAUTH)
+        r->c->authing = 0;
     refuse(r, e);
 }
 
@@ -69,6 +81,8 @@ static void refusal_gone(struct req *r)
     struct refusal *x = r->ctx;
 
     deadline_cancel(r->d->deadlines, &x->dl);
+    if (x->e == PROTO_ENOAUTH)
+        r->c->authing = 0;
     free(x);
     req_drop(r);
 }
@@ -89,21 +103,34 @@ static void refuse_later(struct req *r, enum proto_err e)
     deadline_arm(r->d->deadlines, &x->dl, now_ms() + (uint64_t)r->d->cfg.auth_fail_delay);
     r->gone = refusal_gone;
     r->ctx = x;
+    if (e == PROTO_ENOAUTH)
+        r->c->authing = 1;
 }
 
-/* Checks the password of AUTH or HELLO auth=. Returns 1 when it matches (c
- * is then authenticated), else 0 with r answered now or later. */
+/*
+ * Checks the password of AUTH or HELLO auth=. Returns 1 when it matches (c
+ * is then authenticated), else 0 with r answered now or later. One check at
+ * a time per connection, and AUTH_TRIES wrong ones at most.
+ */
 static int authenticate(struct req *r, const char *password)
 {
+    struct conn *c = r->c;
+
     if (r->d->cfg.requirepass == NULL) {
         req_err(r, PROTO_ENOAUTH, "no password is configured");
         return 0;
     }
+    if (c->authing) {
+        req_err(r, PROTO_ENOAUTH, "another AUTH is in progress");
+        return 0;
+    }
     if (password_ok(r->d->cfg.requirepass, password)) {
-        conn_authed(r->c);
+        conn_authed(c);
         return 1;
     }
-    log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
+    c->auth_failures++;
+    log_warnx("c%llu: wrong password from %s (%d of %d)", (unsigned long long)c->id, c->peer, c->auth_failures,
+              AUTH_TRIES);
     refuse_later(r, PROTO_ENOAUTH);
     return 0;
 }
@@ -149,8 +176,14 @@ static void cmd_hello(struct req *r)
 {
     char secret[SESSION_SECRET_LEN + 1];
 
-    if ((r->pr.has & PROTO_O_AUTH) && !authenticate(r, r->pr.auth))
+    if (r->pr.has & PROTO_O_AUTH) {
+        if (!authenticate(r, r->pr.auth))
+            return;
+    } else if (!r->c->authed) {
+        /* Nothing before AUTH: no session to name, and no options kept for later. */
+        req_err(r, PROTO_ENOAUTH, "authentication required (AUTH, or HELLO auth=)");
         return;
+    }
     if (r->pr.has & PROTO_O_SESSION) {
         hello_resume(r);
         return;
@@ -221,15 +254,18 @@ void cmd_dispatch(struct req *r)
                 (long long)r->d->cfg.max_inflight);
         return;
     }
+    if (!c->authed && r->d->cfg.requirepass == NULL)
+        conn_authed(c); /* requirepass was turned off by a reload */
     if (!c->authed && !(cmd->flags & CMD_PREAUTH)) {
         req_err(r, PROTO_ENOAUTH, "authentication required");
         return;
     }
-    if (c->session == NULL)
-        session_attach(session_new(r->d, c->peer, r->d->cfg.session_ttl), c);
-    memcpy(r->sid, c->session->id, sizeof(r->sid));
-    if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
-        return;
+    /* Before AUTH there is no session: PING, QUIT, AUTH and HELLO need none. */
+    if (c->session != NULL) {
+        memcpy(r->sid, c->session->id, sizeof(r->sid));
+        if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
+            return;
+    }
     cmd->handler(r);
 }
 

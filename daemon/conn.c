@@ -397,6 +397,13 @@ static void run(struct conn *c, struct req *r)
     cmd_dispatch(r);
 }
 
+/* 1 while the next queued line must wait: an untagged request runs or,
+ * before AUTH, any request does (one at a time: one password guess at a time). */
+static int busy(const struct conn *c)
+{
+    return c->untagged_busy || (!c->authed && c->nrunning > 0);
+}
+
 #define ADVANCE_BATCH 256 /* queued requests run per turn of the loop */
 
 /*
@@ -418,7 +425,7 @@ static void advance(struct conn *c)
         r->gone = NULL;
         cmd_run(r);
     }
-    while (!c->closing && !c->quitting && !c->untagged_busy && (q = TAILQ_FIRST(&c->queued)) != NULL) {
+    while (!c->closing && !c->quitting && !busy(c) && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
             return;
@@ -465,12 +472,17 @@ static void advance_soon(struct conn *c)
     event_active(c->d->advance, EV_TIMEOUT, 0);
 }
 
+#define PREAUTH_QUEUED 8 /* lines that may wait their turn before AUTH */
+
 /* A line finds the queue full: its reply could only come out of turn, so c closes. */
 static void refuse_queued(struct conn *c, int64_t max)
 {
     char why[96];
 
-    snprintf(why, sizeof(why), "more than %lld requests wait their turn (max-queued)", (long long)max);
+    if (c->authed)
+        snprintf(why, sizeof(why), "more than %lld requests wait their turn (max-queued)", (long long)max);
+    else
+        snprintf(why, sizeof(why), "more than %lld requests before AUTH", (long long)max);
     log_warnx("c%llu: %s: %s, closing", (unsigned long long)c->id, c->peer, why);
     conn_err(c, PROTO_ELIMIT, "%s", why);
     conn_close_soon(c, "too many queued requests");
@@ -478,7 +490,7 @@ static void refuse_queued(struct conn *c, int64_t max)
 
 static void take_line(struct conn *c, const char *line, size_t len)
 {
-    int64_t max = c->d->cfg.max_queued;
+    int64_t max = c->authed || c->d->cfg.max_queued < PREAUTH_QUEUED ? c->d->cfg.max_queued : PREAUTH_QUEUED;
     uint64_t now = now_ms();
     struct queued *q;
 
@@ -486,7 +498,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
         return; /* nothing sent after QUIT runs */
     if (c->session)
         session_touch(c->session);
-    if (is_tagged(line) || (!c->untagged_busy && TAILQ_EMPTY(&c->queued))) {
+    if ((c->authed && is_tagged(line)) || (!busy(c) && TAILQ_EMPTY(&c->queued))) {
         run(c, req_new(c, line, len, now));
         return;
     }
@@ -669,6 +681,8 @@ void conn_authed(struct conn *c)
 {
     c->authed = 1;
     deadline_cancel(c->d->deadlines, &c->auth_dl);
+    if (c->session == NULL)
+        session_attach(session_new(c->d, c->peer, c->d->cfg.session_ttl), c);
 }
 
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
@@ -680,10 +694,7 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
     c->d = d;
     c->id = next_conn_id++;
     memcpy(c->peer, peer, strlen(peer) + 1);
-    c->authed = d->cfg.requirepass == NULL;
     deadline_init(&c->auth_dl, on_auth_timeout);
-    if (!c->authed)
-        deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
     TAILQ_INIT(&c->starting);
@@ -693,8 +704,12 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
         fatalx("conn: out of memory");
     TAILQ_INSERT_TAIL(&d->conns, c, link);
     d->nconns++;
-    session_attach(session_new(d, peer, d->cfg.session_ttl), c);
-    log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer, c->session->id);
+    if (d->cfg.requirepass == NULL)
+        conn_authed(c);
+    else
+        deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
+    log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer,
+              c->session ? c->session->id : "none before AUTH");
     return c;
 }
 

@@ -55,6 +55,8 @@ struct conn {
     struct session *session;  /* attached session, or NULL */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
+    int authing;              /* a wrong password waits for auth-fail-delay */
+    int auth_failures;        /* wrong passwords so far */
     int untagged_busy;        /* an untagged request is being served */
     int closing;              /* close once the output is written */
     int eof;                  /* the client sent no more: finish what it sent, then close */
@@ -80,9 +82,10 @@ void conn_init(struct dlockd *d);
 /* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
 /*
- * Makes a connection with a fresh session from a non-blocking stream socket
- * (conn_accept's, or one end of a socketpair in a fuzz harness), and takes
- * ownership of fd: it is closed with the connection. Does not check maxclients.
+ * Makes a connection from a non-blocking stream socket (conn_accept's, or
+ * one end of a socketpair in a fuzz harness), with a fresh session unless
+ * it has to AUTH first, and takes ownership of fd: it is closed with the
+ * connection. Does not check maxclients.
  */
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer);
 
@@ -116,7 +119,7 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
-/* Marks c authenticated. */
+/* Marks c authenticated and gives it a fresh session if it has none. */
 void conn_authed(struct conn *c);
 /*
  * Stops reading c, cancels what it runs (as its close does) and closes it

@@ -27,6 +27,12 @@ static int waiters_are(struct h_conn *c, const char *name, long long n, int time
     return 0;
 }
 
+/* The number after "key": in INFO on c. */
+static long long info_int(struct h_conn *c, const char *key)
+{
+    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
+}
+
 /* 1 when the 32 characters of s are lower-case hex and nothing follows. */
 static int is_secret(const char *s)
 {
@@ -270,6 +276,95 @@ START_TEST(test_secret_stays_secret)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- before AUTH (item 3) */
+
+static struct h_dlockd *start_auth(const char *delay)
+{
+    return h_dlockd_start(R->port, H_ARGS("--requirepass", "s3cret", "--auth-fail-delay", delay));
+}
+
+START_TEST(test_preauth_leaves_nothing)
+{
+    struct h_dlockd *d = start_auth("100ms");
+    struct h_conn *a = H_CLIENT(d, "auth=s3cret name=a"), *c = H_CONNECT(d->port), *c2, *c3;
+    long long sessions = info_int(a, "sessions");
+    char pat[256];
+
+    H_REQ(c, "ERR NOAUTH%*", "HELLO ttl=1h name=pre");
+    H_REQ(c, "ERR NOAUTH%*", "HELLO");
+    H_REQ(c, "ERR NOAUTH%*", "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_int_eq(info_int(a, "sessions"), sessions);
+    H_REQ(c, "OK", "QUIT");
+    H_EOF(c, 3000);
+    H_REQ(a, "OK", "PING");
+    ck_assert_ptr_null(h_event(a, NULL, 200));
+    ck_assert_int_eq(info_int(a, "sessions"), sessions);
+
+    /* With auth= the HELLO's options apply to the session it opens, or resumes. */
+    c2 = H_CONNECT(d->port);
+    H_REQ(c2, "OK session=%x secret=%x ttl=3600000 %*", "HELLO ttl=1h name=pre auth=s3cret");
+    H_LOCK_NEW(c2, "pl");
+    H_REQ(a, "BUSY holder=pre ttl=%d", "LOCK pl");
+    c3 = H_CONNECT(d->port);
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s %%*resumed=1%%*", a->session, a->secret);
+    H_REQ(c3, pat, "HELLO auth=s3cret session=%s secret=%s", a->session, a->secret);
+    H_EVENT(a, "* BYE reason=moved", 3000);
+}
+END_TEST
+
+START_TEST(test_three_wrong_passwords)
+{
+    static const char burst[] = "#a1 AUTH w1\n#a2 AUTH w2\n#a3 AUTH w3\n#a4 AUTH w4\n#a5 AUTH w5\nAUTH s3cret\n";
+    struct h_dlockd *d = start_auth("100ms");
+    struct h_conn *c = H_CONNECT(d->port), *h = H_CONNECT(d->port), *ok = H_CONNECT(d->port);
+    int64_t t0 = h_now_ms(), el;
+
+    /* Pipelined and tagged, they are still checked one at a time, and only three of them. */
+    ck_assert_int_eq(h_send_raw(c, burst, sizeof(burst) - 1), 0);
+    H_REPLY(c, "#a1 ERR NOAUTH invalid password", H_TIMEOUT);
+    H_REPLY(c, "#a2 ERR NOAUTH invalid password", H_TIMEOUT);
+    H_REPLY(c, "#a3 ERR NOAUTH invalid password; closing after 3 wrong passwords", H_TIMEOUT);
+    el = h_now_ms() - t0;
+    ck_assert_msg(el >= 280, "three wrong passwords answered in %lld ms (auth-fail-delay 100ms each)", (long long)el);
+    H_EOF(c, 3000);
+    ck_assert_int_eq(h_log_count(d, H_ARGS("wrong password from")), 3);
+
+    /* HELLO auth= counts too. */
+    H_REQ(h, "ERR NOAUTH invalid password", "AUTH x");
+    H_REQ(h, "ERR NOAUTH invalid password", "HELLO auth=y");
+    H_REQ(h, "ERR NOAUTH%*closing%*", "HELLO auth=z name=n");
+    H_EOF(h, 3000);
+
+    /* Fewer than three leave the connection open. */
+    H_REQ(ok, "ERR NOAUTH invalid password", "AUTH x");
+    H_REQ(ok, "ERR NOAUTH invalid password", "AUTH y");
+    H_REQ(ok, "OK", "AUTH s3cret");
+    H_LOCK_NEW(ok, "tw");
+}
+END_TEST
+
+/* Before AUTH a few lines may wait behind the one that runs; one more closes the connection. */
+START_TEST(test_preauth_queue_bounded)
+{
+    struct h_dlockd *d = start_auth("300ms");
+    struct h_conn *c = H_CONNECT(d->port), *fits = H_CONNECT(d->port);
+    char lines[256] = "AUTH wrong\n";
+
+    for (int i = 0; i < 8; i++)
+        strcat(lines, "PING\n");
+    ck_assert_int_eq(h_send_raw(fits, lines, strlen(lines)), 0);
+    strcat(lines, "PING\n");
+    ck_assert_int_eq(h_send_raw(c, lines, strlen(lines)), 0);
+    H_REPLY(c, "ERR LIMIT more than 8 requests before AUTH", H_TIMEOUT);
+    H_EOF(c, 3000);
+
+    H_REPLY(fits, "ERR NOAUTH invalid password", H_TIMEOUT);
+    for (int i = 0; i < 8; i++)
+        H_REPLY(fits, "OK", H_TIMEOUT);
+    H_REQ(fits, "OK", "AUTH s3cret");
+}
+END_TEST
+
 /* ---------------------------------------------------------------- per-connection limits (item 4) */
 
 START_TEST(test_max_queued)
@@ -371,6 +466,9 @@ static Suite *auth_suite(void)
     tcase_add_test(cfg, test_hello_secret);
     tcase_add_test(cfg, test_resume_refusals);
     tcase_add_test(cfg, test_secret_stays_secret);
+    tcase_add_test(cfg, test_preauth_leaves_nothing);
+    tcase_add_test(cfg, test_three_wrong_passwords);
+    tcase_add_test(cfg, test_preauth_queue_bounded);
     tcase_add_test(cfg, test_max_queued);
     tcase_add_test(cfg, test_max_inflight);
     suite_add_tcase(s, cfg);

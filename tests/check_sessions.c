@@ -262,8 +262,8 @@ START_TEST(test_auth_flow)
     H_LOCK_NEW(c2, "b");
     H_REQ(c2, "BUSY holder=%w ttl=%d", "LOCK a");
 
-    /* HELLO without auth= is allowed but does not authenticate; QUIT is allowed. */
-    H_REQ(c3, "OK session=%x%*", "HELLO name=y");
+    /* HELLO without auth= neither authenticates nor opens a session; QUIT is allowed. */
+    H_REQ(c3, "ERR NOAUTH%*", "HELLO name=y");
     H_REQ(c3, "ERR NOAUTH%*", "LOCK c");
     H_REQ(c3, "OK", "QUIT");
     H_EOF(c3, 3000);
