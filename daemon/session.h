@@ -32,8 +32,8 @@ struct session {
     int has_secret;               /* HELLO gave it a secret: it can be resumed */
     unsigned char secret_hash[SESSION_HASH_LEN]; /* SHA-256 of that secret, never the secret */
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
-    TAILQ_HEAD(, idrec) idlist;   /* oldest first */
-    int nids;
+    TAILQ_HEAD(, idrec) idlist;   /* the answered ones, oldest first */
+    int64_t nids;                 /* in idlist */
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */

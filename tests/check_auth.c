@@ -445,6 +445,55 @@ START_TEST(test_long_reply)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- safe retries (item 7) */
+
+START_TEST(test_replay_while_held)
+{
+    struct h_conn *a = H_CLIENT(D, "name=a"), *b = H_CLIENT(D, "name=b");
+    char pat[128];
+    long long t = H_LOCK_NEW(a, "rr id=1"), t2, m1, m2;
+    const char *r;
+
+    snprintf(pat, sizeof pat, "OK token=%lld count=1", t);
+    H_REQ(a, pat, "LOCK rr id=1"); /* still held: the first reply, nothing reentered */
+    H_REQ(a, "OK count=0", "UNLOCK rr");
+    t2 = H_LOCK_NEW(b, "rr");
+    ck_assert_int_gt(t2, t);
+    /* The hold it granted is gone and b has the lock: no OK for a. */
+    H_REQ(a, "BUSY holder=b ttl=%d", "LOCK rr id=1");
+
+    r = H_REQ(a, "OK tokens=%d,%d counts=1,1", "LOCK m1 m2 id=2");
+    ck_assert_int_eq(sscanf(r, "OK tokens=%lld,%lld", &m1, &m2), 2);
+    H_REQ(a, "OK count=0", "UNLOCK m1");
+    snprintf(pat, sizeof pat, "OK tokens=%%d,%lld counts=1,2", m2);
+    r = H_REQ(a, pat, "LOCK m1 m2 id=2");
+    ck_assert_int_gt(strtoll(strchr(r, '=') + 1, NULL, 10), m1);
+
+    t = H_KV_INT(H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE sem limit=2 id=3"), "token");
+    H_REQ(a, "OK held=0 free=2", "RELEASE sem");
+    ck_assert_int_gt(H_KV_INT(H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE sem limit=2 id=3"), "token"), t);
+}
+END_TEST
+
+START_TEST(test_ids_bounded)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--max-ids", "2", "--max-ids-total", "3"));
+    struct h_conn *a = H_CLIENT(d, "name=a"), *b = H_CLIENT(d, "name=b");
+
+    for (int i = 1; i <= 3; i++)
+        H_REQ(a, "OK token=%d count=1", "LOCK i%d id=%d", i, i);
+    /* max-ids 2: id 1, the oldest, is forgotten, and runs again (reentered). */
+    H_REQ(a, "OK token=%d count=1", "LOCK i3 id=3");
+    H_REQ(a, "OK token=%d count=1", "LOCK i2 id=2");
+    H_REQ(a, "OK token=%d count=2", "LOCK i1 id=1");
+    /* a remembers ids 3 and 1; two more of b make four: max-ids-total 3 forgets a's id 3. */
+    H_REQ(b, "OK token=%d count=1", "LOCK j1 id=1");
+    H_REQ(b, "OK token=%d count=1", "LOCK j2 id=2");
+    H_REQ(a, "OK token=%d count=2", "LOCK i3 id=3");
+    H_REQ(b, "OK token=%d count=1", "LOCK j1 id=1");
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -459,6 +508,7 @@ static Suite *auth_suite(void)
     tcase_add_test(tc, test_resume_moves);
     tcase_add_test(tc, test_control_bytes);
     tcase_add_test(tc, test_long_reply);
+    tcase_add_test(tc, test_replay_while_held);
     suite_add_tcase(s, tc);
 
     tcase_add_checked_fixture(cfg, h_setup_redis, h_teardown);
@@ -471,6 +521,7 @@ static Suite *auth_suite(void)
     tcase_add_test(cfg, test_preauth_queue_bounded);
     tcase_add_test(cfg, test_max_queued);
     tcase_add_test(cfg, test_max_inflight);
+    tcase_add_test(cfg, test_ids_bounded);
     suite_add_tcase(s, cfg);
     return s;
 }
