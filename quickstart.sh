@@ -20,7 +20,7 @@ cd "$top"
 # python3, nftables, iproute2: make check-faults (tests/faults/: clients, network faults).
 # clang, libclang-rt-14-dev: make fuzz (libFuzzer harnesses in fuzz/, built with clang).
 pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
-      libjansson-dev check redis-server systemd python3 nftables iproute2 netcat-openbsd
+      libjansson-dev nettle-dev check redis-server systemd python3 nftables iproute2 netcat-openbsd
       clang libclang-rt-14-dev)
 
 say() { printf 'quickstart: %s\n' "$*" >&2; }

@@ -32,20 +32,48 @@ static int password_ok(const char *want, const char *got)
     return diff == 0;
 }
 
-/* A wrong password is answered after auth-fail-delay, to slow down guessing. */
+#define AUTH_TRIES 3 /* wrong passwords before the connection is closed, as sshd's MaxAuthTries */
+
+static const char NOSESSION_TEXT[] = "no live session with that id and secret";
+
+/*
+ * A wrong password, or a session that cannot be resumed, is answered after
+ * auth-fail-delay: that slows down guessing, and a wrong secret cannot be
+ * told from an unknown session by the time its answer takes.
+ */
 struct refusal {
     struct deadline dl;
     struct req *r;
+    enum proto_err e;  /* PROTO_ENOAUTH or PROTO_ENOSESSION */
 };
+
+/* Answers the refusal; a connection out of password tries is closed after it. */
+static void refuse(struct req *r, enum proto_err e)
+{
+    struct conn *c = r->c;
+    int last = e == PROTO_ENOAUTH && c->auth_failures >= AUTH_TRIES;
+
+    if (e == PROTO_ENOSESSION)
+        req_err(r, e, "%s", NOSESSION_TEXT);
+    else if (last)
+        req_err(r, e, "invalid password; closing after %d wrong passwords", AUTH_TRIES);
+    else
+        req_err(r, e, "invalid password");
+    if (last)
+        conn_close_soon(c, "too many wrong passwords");
+}
 
 static void refusal_fire(struct deadline *dl)
 {
     struct refusal *x = container_of(dl, struct refusal, dl);
     struct req *r = x->r;
+    enum proto_err e = x->e;
 
     free(x);
     r->gone = NULL;
-    req_err(r, PROTO_ENOAUTH, "invalid password");
+    if (e == PROTO_ENOAUTH)
+        r->c->authing = 0;
+    refuse(r, e);
 }
 
 static void refusal_gone(struct req *r)
@@ -53,58 +81,64 @@ static void refusal_gone(struct req *r)
     struct refusal *x = r->ctx;
 
     deadline_cancel(r->d->deadlines, &x->dl);
+    if (x->e == PROTO_ENOAUTH)
+        r->c->authing = 0;
     free(x);
     req_drop(r);
 }
 
-static void refuse_password(struct req *r)
+static void refuse_later(struct req *r, enum proto_err e)
 {
     struct refusal *x;
 
-    log_warnx("c%llu: wrong password from %s", (unsigned long long)r->c->id, r->c->peer);
     if (r->d->cfg.auth_fail_delay == 0) {
-        req_err(r, PROTO_ENOAUTH, "invalid password");
+        refuse(r, e);
         return;
     }
     if ((x = calloc(1, sizeof(*x))) == NULL)
         fatalx("cmd: out of memory");
     x->r = r;
+    x->e = e;
     deadline_init(&x->dl, refusal_fire);
     deadline_arm(r->d->deadlines, &x->dl, now_ms() + (uint64_t)r->d->cfg.auth_fail_delay);
     r->gone = refusal_gone;
     r->ctx = x;
+    if (e == PROTO_ENOAUTH)
+        r->c->authing = 1;
 }
 
-static void cmd_hello(struct req *r)
+/*
+ * Checks the password of AUTH or HELLO auth=. Returns 1 when it matches (c
+ * is then authenticated), else 0 with r answered now or later. One check at
+ * a time per connection, and AUTH_TRIES wrong ones at most.
+ */
+static int authenticate(struct req *r, const char *password)
 {
     struct conn *c = r->c;
-    struct session *s = c->session, *old;
-    int resumed = 0;
 
-    if (r->pr.has & PROTO_O_AUTH) {
-        if (r->d->cfg.requirepass == NULL) {
-            req_err(r, PROTO_ENOAUTH, "no password is configured");
-            return;
-        }
-        if (!password_ok(r->d->cfg.requirepass, r->pr.auth)) {
-            refuse_password(r);
-            return;
-        }
+    if (r->d->cfg.requirepass == NULL) {
+        req_err(r, PROTO_ENOAUTH, "no password is configured");
+        return 0;
+    }
+    if (c->authing) {
+        req_err(r, PROTO_ENOAUTH, "another AUTH is in progress");
+        return 0;
+    }
+    if (password_ok(r->d->cfg.requirepass, password)) {
         conn_authed(c);
+        return 1;
     }
-    if (r->pr.has & PROTO_O_SESSION) {
-        if ((old = session_find(r->d, r->pr.session)) == NULL) {
-            req_err(r, PROTO_ENOSESSION, "no live session '%s'", r->pr.session);
-            return;
-        }
-        if (old != s) {
-            if (s && TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
-                session_end(s, SESSION_QUIT);
-            s = old;
-            session_attach(s, c);
-        }
-        resumed = 1;
-    }
+    c->auth_failures++;
+    log_warnx("c%llu: wrong password from %s (%d of %d)", (unsigned long long)c->id, c->peer, c->auth_failures,
+              AUTH_TRIES);
+    refuse_later(r, PROTO_ENOAUTH);
+    return 0;
+}
+
+static void hello_reply(struct req *r, struct session *s, const char *secret, int resumed)
+{
+    struct conn *c = r->c;
+
     session_touch(s);
     s->hello = 1;
     if (r->pr.has & PROTO_O_TTL)
@@ -114,8 +148,48 @@ static void cmd_hello(struct req *r)
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
-    req_reply(r, "OK", "session=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d", s->id, (long long)s->ttl,
-              PROTO_VERSION, PACKAGE_VERSION, resumed);
+    req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
+              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)r->d->cfg.lock_lease);
+}
+
+/* HELLO session= secret=: moves the session here; the connection's own one
+ * is dropped unless it holds or waits for something. */
+static void hello_resume(struct req *r)
+{
+    struct conn *c = r->c;
+    struct session *s = c->session, *old;
+
+    old = session_check(r->d, r->pr.session, (r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "");
+    if (old == NULL) {
+        refuse_later(r, PROTO_ENOSESSION);
+        return;
+    }
+    if (old != s) {
+        if (TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
+            session_end(s, SESSION_QUIT);
+        session_attach(old, c);
+    }
+    hello_reply(r, old, r->pr.secret, 1);
+}
+
+static void cmd_hello(struct req *r)
+{
+    char secret[SESSION_SECRET_LEN + 1];
+
+    if (r->pr.has & PROTO_O_AUTH) {
+        if (!authenticate(r, r->pr.auth))
+            return;
+    } else if (!r->c->authed) {
+        /* Nothing before AUTH: no session to name, and no options kept for later. */
+        req_err(r, PROTO_ENOAUTH, "authentication required (AUTH, or HELLO auth=)");
+        return;
+    }
+    if (r->pr.has & PROTO_O_SESSION) {
+        hello_resume(r);
+        return;
+    }
+    session_new_secret(r->c->session, secret);
+    hello_reply(r, r->c->session, secret, 0);
 }
 
 static void cmd_ping(struct req *r)
@@ -125,25 +199,13 @@ static void cmd_ping(struct req *r)
 
 static void cmd_quit(struct req *r)
 {
-    if (r->c->quitting) {
-        req_drop(r); /* a second QUIT, tagged: the first one answers */
-        return;
-    }
     conn_quit(r->c, r);
 }
 
 static void cmd_auth(struct req *r)
 {
-    if (r->d->cfg.requirepass == NULL) {
-        req_err(r, PROTO_ENOAUTH, "no password is configured");
-        return;
-    }
-    if (!password_ok(r->d->cfg.requirepass, r->pr.names[0])) {
-        refuse_password(r);
-        return;
-    }
-    conn_authed(r->c);
-    req_reply(r, "OK", NULL);
+    if (authenticate(r, r->pr.names[0]))
+        req_reply(r, "OK", NULL);
 }
 
 static void cmd_info(struct req *r)
@@ -174,7 +236,7 @@ void cmd_dispatch(struct req *r)
 {
     struct conn *c = r->c;
     char err[512];
-    enum proto_err e = proto_parse(r->line, &r->pr, err, sizeof(err));
+    enum proto_err e = proto_parse_len(r->line, r->len, &r->pr, err, sizeof(err));
     const struct cmd *cmd;
 
     if (e != PROTO_OK) {
@@ -187,19 +249,31 @@ void cmd_dispatch(struct req *r)
     }
     cmd = &cmds[r->pr.verb];
     r->d->stats.requests[cmd->verb]++;
+    if (c->nrunning > r->d->cfg.max_inflight) {
+        req_err(r, PROTO_ELIMIT, "more than %lld requests at once on this connection (max-inflight)",
+                (long long)r->d->cfg.max_inflight);
+        return;
+    }
+    if (!c->authed && r->d->cfg.requirepass == NULL)
+        conn_authed(c); /* requirepass was turned off by a reload */
     if (!c->authed && !(cmd->flags & CMD_PREAUTH)) {
         req_err(r, PROTO_ENOAUTH, "authentication required");
         return;
     }
-    if (c->session == NULL)
-        session_attach(session_new(r->d, c->peer, r->d->cfg.session_ttl), c);
-    memcpy(r->sid, c->session->id, sizeof(r->sid));
-    if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
-        return;
+    /* Before AUTH there is no session: PING, QUIT, AUTH and HELLO need none. */
+    if (c->session != NULL) {
+        memcpy(r->sid, c->session->id, sizeof(r->sid));
+        if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
+            return;
+    }
     cmd->handler(r);
 }
 
 void cmd_run(struct req *r)
 {
+    if (req_session(r) == NULL) {
+        req_err(r, PROTO_ENOSESSION, "session ended");
+        return;
+    }
     cmds[r->pr.verb].handler(r);
 }

@@ -88,19 +88,19 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 
 /* A reply usually fits the socket buffer: sent at once, it needs no buffer
  * and no write event. What does not fit waits in c->out until it does. */
-static void write_line(struct conn *c, const char *line, int len)
+static void write_line(struct conn *c, const char *line, size_t len)
 {
-    if (c->closing || len < 0)
+    if (c->closing)
         return;
     if (c->out == NULL) {
-        ssize_t n = send(c->fd, line, (size_t)len, MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, line, len, MSG_NOSIGNAL);
         if (n < 0 && !retriable(errno)) {
             cut(c, "socket error");
             return;
         }
         if (n > 0) {
             line += n;
-            len -= (int)n;
+            len -= (size_t)n;
         }
         if (len == 0)
             return;
@@ -109,7 +109,7 @@ static void write_line(struct conn *c, const char *line, int len)
             event_add(c->writable, NULL) != 0)
             fatalx("conn: out of memory");
     }
-    if (evbuffer_add(c->out, line, (size_t)len) != 0)
+    if (evbuffer_add(c->out, line, len) != 0)
         fatalx("conn: out of memory");
     if ((int64_t)evbuffer_get_length(c->out) > c->d->cfg.client_output_limit) {
         /* It does not read its replies: cut it off, on the next turn of the loop. */
@@ -140,6 +140,7 @@ static void req_end(struct req *r)
         reqid_dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
+        c->nrunning--;
         if (r->untagged)
             c->untagged_busy = 0;
         advance_soon(c);
@@ -160,19 +161,35 @@ static void quit_now(struct conn *c)
     conn_close_soon(c, "quit");
 }
 
+/*
+ * Tells every running request of c but its QUIT that c goes: its quit
+ * callback at a QUIT when it has one, else gone. A callback may end any
+ * request of c, not only its own, so the walk goes on from a marker it keeps
+ * in the list, never from a pointer saved before the call.
+ */
+static void tell_running(struct conn *c, int quitting)
+{
+    struct req mark = { .marker = 1 }, *r;
+
+    TAILQ_INSERT_HEAD(&c->running, &mark, link);
+    while ((r = TAILQ_NEXT(&mark, link)) != NULL) {
+        TAILQ_REMOVE(&c->running, &mark, link);
+        TAILQ_INSERT_AFTER(&c->running, r, &mark, link);
+        if (r->marker || r == c->quit)
+            continue;
+        if (quitting && r->quit)
+            r->quit(r);
+        else if (r->gone)
+            r->gone(r);
+    }
+    TAILQ_REMOVE(&c->running, &mark, link);
+}
+
 void conn_quit(struct conn *c, struct req *r)
 {
-    struct req *other, *next;
-
     c->quitting = 1;
     c->quit = r;
-    for (other = TAILQ_FIRST(&c->running); other != NULL; other = next) {
-        next = TAILQ_NEXT(other, link);
-        if (other != r && other->quit)
-            other->quit(other);
-        else if (other != r && other->gone)
-            other->gone(other);
-    }
+    tell_running(c, 1);
     advance_soon(c);
 }
 
@@ -181,10 +198,58 @@ int conn_gone(const struct conn *c)
     return c == NULL || c->closing || c->eof;
 }
 
+/* Writes "[#tag ]text\n" to c, whatever its length; a line break in text becomes a space. */
+static void send_line(struct conn *c, const char *tag, const char *text)
+{
+    size_t tl = tag[0] ? strlen(tag) + 2 : 0, xl = strlen(text), len = tl + xl + 1;
+    char stack[1024], *line = len <= sizeof(stack) ? stack : malloc(len);
+
+    if (line == NULL)
+        fatalx("conn: out of memory");
+    if (tl) {
+        line[0] = '#';
+        memcpy(line + 1, tag, tl - 2);
+        line[tl - 1] = ' ';
+    }
+    for (size_t i = 0; i < xl; i++)
+        line[tl + i] = text[i] == '\n' || text[i] == '\r' ? ' ' : text[i];
+    line[len - 1] = '\n';
+    write_line(c, line, len);
+    if (line != stack)
+        free(line);
+}
+
+/*
+ * "head" followed by " " and fmt's text when fmt is not NULL: in buf when it
+ * fits in cap bytes (cap > strlen(head) + 1), else in a malloc'd string.
+ */
+static char *format_body(char *buf, size_t cap, const char *head, const char *fmt, va_list ap)
+{
+    size_t hl = strlen(head), room = cap - hl - 1;
+    char *big;
+    va_list aq;
+    int n;
+
+    memcpy(buf, head, hl + 1);
+    if (fmt == NULL)
+        return buf;
+    va_copy(aq, ap);
+    n = vsnprintf(buf + hl + 1, room, fmt, aq);
+    va_end(aq);
+    if (n < 0)
+        return buf;
+    buf[hl] = ' ';
+    if ((size_t)n < room)
+        return buf;
+    if ((big = malloc(hl + 1 + (size_t)n + 1)) == NULL)
+        fatalx("conn: out of memory");
+    memcpy(big, buf, hl + 1);
+    vsnprintf(big + hl + 1, (size_t)n + 1, fmt, ap);
+    return big;
+}
+
 void req_send(struct req *r, const char *body)
 {
-    char line[8192];
-
     stats_reply(&r->d->stats, r->pr.verb, body);
     /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
     if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
@@ -192,38 +257,38 @@ void req_send(struct req *r, const char *body)
     else if (r->idrec)
         reqid_answered(r, body);
     if (r->c)
-        write_line(r->c, line, proto_fmt_reply(line, sizeof(line), r->pr.tag, body, NULL));
+        send_line(r->c, r->pr.tag, body);
     req_end(r);
 }
 
 void req_reply(struct req *r, const char *status, const char *fmt, ...)
 {
-    char body[8192];
-    int n = snprintf(body, sizeof(body), "%s", status);
+    char buf[1024], *body;
     va_list ap;
 
-    if (fmt && n > 0 && (size_t)n + 1 < sizeof(body)) {
-        body[n++] = ' ';
-        va_start(ap, fmt);
-        vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_start(ap, fmt);
+    body = format_body(buf, sizeof(buf), status, fmt, ap);
+    va_end(ap);
     req_send(r, body);
+    if (body != buf)
+        free(body);
 }
 
 void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
 {
-    char body[1024];
-    int n = snprintf(body, sizeof(body), "ERR %s ", proto_err_code(e));
+    char head[32], buf[1024], *body;
     va_list ap;
 
     r->d->stats.errors++;
+    snprintf(head, sizeof(head), "ERR %s", proto_err_code(e));
     va_start(ap, fmt);
-    vsnprintf(body + n, sizeof(body) - (size_t)n, fmt, ap);
+    body = format_body(buf, sizeof(buf), head, fmt, ap);
     va_end(ap);
     if (r->c)
         log_debug("c%llu: %s", (unsigned long long)r->c->id, body);
     req_send(r, body);
+    if (body != buf)
+        free(body);
 }
 
 void req_drop(struct req *r)
@@ -231,28 +296,60 @@ void req_drop(struct req *r)
     req_end(r);
 }
 
+/* A repeat that was to start: its connection goes first. */
+static void start_gone(struct req *r)
+{
+    TAILQ_REMOVE(&r->c->starting, r, idlink);
+    req_drop(r);
+}
+
+int req_start_soon(struct req *r)
+{
+    struct conn *c = r->c;
+
+    if (conn_gone(c) || c->quitting)
+        return -1;
+    TAILQ_INSERT_TAIL(&c->starting, r, idlink);
+    r->gone = start_gone;
+    advance_soon(c);
+    return 0;
+}
+
 struct session *req_session(struct req *r)
 {
     return session_find(r->d, r->sid);
 }
 
+/* Sends "ERR CODE text" on c, untagged: for what is refused before it is a request. */
+static void conn_err(struct conn *c, enum proto_err e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void conn_err(struct conn *c, enum proto_err e, const char *fmt, ...)
+{
+    char head[32], buf[256], *text;
+    va_list ap;
+
+    snprintf(head, sizeof(head), "ERR %s", proto_err_code(e));
+    va_start(ap, fmt);
+    text = format_body(buf, sizeof(buf), head, fmt, ap);
+    va_end(ap);
+    send_line(c, "", text);
+    if (text != buf)
+        free(text);
+}
+
 void conn_event(struct conn *c, const char *fmt, ...)
 {
-    char line[1024];
+    char buf[1024], *text;
     va_list ap;
-    int n;
 
     if (c == NULL)
         return;
-    memcpy(line, "* ", 2);
     va_start(ap, fmt);
-    n = vsnprintf(line + 2, sizeof(line) - 3, fmt, ap);
+    text = format_body(buf, sizeof(buf), "*", fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return;
-    n = n + 2 > (int)sizeof(line) - 2 ? (int)sizeof(line) - 2 : n + 2;
-    line[n++] = '\n';
-    write_line(c, line, n);
+    send_line(c, "", text);
+    if (text != buf)
+        free(text);
 }
 
 void conn_broadcast(struct dlockd *d, const char *text)
@@ -284,6 +381,7 @@ static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_
         c->d->reqs_peak = c->d->nreqs;
     memcpy(r->line, line, len);
     r->line[len] = '\0';
+    r->len = len;
     r->untagged = !is_tagged(r->line);
     if (c->session)
         memcpy(r->sid, c->session->id, sizeof(r->sid));
@@ -293,31 +391,48 @@ static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_
 static void run(struct conn *c, struct req *r)
 {
     TAILQ_INSERT_TAIL(&c->running, r, link);
+    c->nrunning++;
     if (r->untagged)
         c->untagged_busy = 1;
     cmd_dispatch(r);
 }
 
+/* 1 while the next queued line must wait: an untagged request runs or,
+ * before AUTH, any request does (one at a time: one password guess at a time). */
+static int busy(const struct conn *c)
+{
+    return c->untagged_busy || (!c->authed && c->nrunning > 0);
+}
+
 #define ADVANCE_BATCH 256 /* queued requests run per turn of the loop */
 
 /*
- * What comes next on c: the queued untagged requests, a QUIT once every
- * other request has ended, the close after EOF. It runs from an event of its
- * own, so that ending one request never starts another inside it (no
- * recursion, and no request freed under a caller that walks the lists).
+ * What comes next on c: the repeats that took an id over, the queued
+ * untagged requests, a QUIT once every other request has ended, the close
+ * after EOF. It runs from an event of its own, so that ending one request
+ * never starts another inside it (no recursion, and no request freed under
+ * a caller that walks the lists).
  */
 static void advance(struct conn *c)
 {
     struct queued *q;
+    struct req *r;
     int n = 0;
 
-    while (!c->closing && !c->quitting && !c->untagged_busy && (q = TAILQ_FIRST(&c->queued)) != NULL) {
+    /* Only a live connection has any: tell_running drops them at a close, EOF or QUIT. */
+    while ((r = TAILQ_FIRST(&c->starting)) != NULL) {
+        TAILQ_REMOVE(&c->starting, r, idlink);
+        r->gone = NULL;
+        cmd_run(r);
+    }
+    while (!c->closing && !c->quitting && !busy(c) && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
             return;
         }
         TAILQ_REMOVE(&c->queued, q, link);
-        run(c, req_new(c, q->line, strlen(q->line), q->arrived));
+        c->nqueued--;
+        run(c, req_new(c, q->line, q->len, q->arrived));
         free(q);
     }
     if (c->closing)
@@ -357,24 +472,49 @@ static void advance_soon(struct conn *c)
     event_active(c->d->advance, EV_TIMEOUT, 0);
 }
 
+#define PREAUTH_QUEUED 8 /* lines that may wait their turn before AUTH */
+
+/* A line finds the queue full: its reply could only come out of turn, so c closes. */
+static void refuse_queued(struct conn *c, int64_t max)
+{
+    char why[96];
+
+    if (c->authed)
+        snprintf(why, sizeof(why), "more than %lld requests wait their turn (max-queued)", (long long)max);
+    else
+        snprintf(why, sizeof(why), "more than %lld requests before AUTH", (long long)max);
+    log_warnx("c%llu: %s: %s, closing", (unsigned long long)c->id, c->peer, why);
+    conn_err(c, PROTO_ELIMIT, "%s", why);
+    conn_close_soon(c, "too many queued requests");
+}
+
 static void take_line(struct conn *c, const char *line, size_t len)
 {
+    int64_t max = c->authed || c->d->cfg.max_queued < PREAUTH_QUEUED ? c->d->cfg.max_queued : PREAUTH_QUEUED;
     uint64_t now = now_ms();
     struct queued *q;
 
+    if (c->quitting)
+        return; /* nothing sent after QUIT runs */
     if (c->session)
         session_touch(c->session);
-    if (is_tagged(line) || (!c->untagged_busy && TAILQ_EMPTY(&c->queued))) {
+    if ((c->authed && is_tagged(line)) || (!busy(c) && TAILQ_EMPTY(&c->queued))) {
         run(c, req_new(c, line, len, now));
+        return;
+    }
+    if (c->nqueued >= max) {
+        refuse_queued(c, max);
         return;
     }
     /* Its turn may be far: until then it is kept as a line, not as a request. */
     if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
         fatalx("conn: out of memory");
     q->arrived = now;
+    q->len = len;
     memcpy(q->line, line, len);
     q->line[len] = '\0';
     TAILQ_INSERT_TAIL(&c->queued, q, link);
+    c->nqueued++;
 }
 
 /* Splits what arrived into lines, after the incomplete line c kept, if any. */
@@ -399,9 +539,7 @@ static void feed(struct conn *c, const char *data, size_t len)
         const char *nl = memchr(p, '\n', (size_t)(end - p));
 
         if (nl == NULL ? (size_t)(end - p) >= max : (size_t)(nl - p) + 1 > max) {
-            char reply[128];
-            write_line(c, reply, proto_fmt_err(reply, sizeof(reply), NULL, PROTO_ETOOBIG,
-                                               "line longer than %zu bytes", max));
+            conn_err(c, PROTO_ETOOBIG, "line longer than %zu bytes", max);
             conn_close_soon(c, "line too long");
             break;
         }
@@ -443,18 +581,12 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
  * for any closed connection. Then the connection closes. */
 static void on_eof(struct conn *c)
 {
-    struct req *r, *next;
-
     c->eof = 1;
     event_del(c->readable);
     free(c->part);
     c->part = NULL;
     c->partlen = 0;
-    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
-        next = TAILQ_NEXT(r, link);
-        if (r->gone)
-            r->gone(r);
-    }
+    tell_running(c, 0);
     advance_soon(c);
 }
 
@@ -466,6 +598,7 @@ void conn_close_soon(struct conn *c, const char *reason)
     c->closing = 1;
     c->close_reason = reason;
     event_del(c->readable);
+    tell_running(c, 0);
     if (c->out == NULL)
         reap_soon(c, reason);
 }
@@ -473,17 +606,13 @@ void conn_close_soon(struct conn *c, const char *reason)
 static void conn_free(struct conn *c, const char *reason)
 {
     struct dlockd *d = c->d;
-    struct req *r, *next;
+    struct req *r;
     struct queued *q;
 
     if (reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
     c->closing = 1;
-    for (r = TAILQ_FIRST(&c->running); r != NULL; r = next) {
-        next = TAILQ_NEXT(r, link);
-        if (r->gone)
-            r->gone(r);
-    }
+    tell_running(c, 0);
     while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, q, link);
         free(q);
@@ -552,6 +681,8 @@ void conn_authed(struct conn *c)
 {
     c->authed = 1;
     deadline_cancel(c->d->deadlines, &c->auth_dl);
+    if (c->session == NULL)
+        session_attach(session_new(c->d, c->peer, c->d->cfg.session_ttl), c);
 }
 
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
@@ -563,20 +694,22 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
     c->d = d;
     c->id = next_conn_id++;
     memcpy(c->peer, peer, strlen(peer) + 1);
-    c->authed = d->cfg.requirepass == NULL;
     deadline_init(&c->auth_dl, on_auth_timeout);
-    if (!c->authed)
-        deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
+    TAILQ_INIT(&c->starting);
     c->fd = fd;
     if ((c->readable = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
         event_add(c->readable, NULL) != 0)
         fatalx("conn: out of memory");
     TAILQ_INSERT_TAIL(&d->conns, c, link);
     d->nconns++;
-    session_attach(session_new(d, peer, d->cfg.session_ttl), c);
-    log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer, c->session->id);
+    if (d->cfg.requirepass == NULL)
+        conn_authed(c);
+    else
+        deadline_arm(d->deadlines, &c->auth_dl, now_ms() + (uint64_t)d->cfg.auth_timeout);
+    log_debug("c%llu: connected from %s, session %s", (unsigned long long)c->id, peer,
+              c->session ? c->session->id : "none before AUTH");
     return c;
 }
 

@@ -22,13 +22,15 @@ struct req {
     char sid[DLOCKD_ID_LEN + 1];      /* session at dispatch; look it up again after a wait */
     struct proto_req pr;              /* points into line */
     int untagged;
+    int marker;                       /* not a request: where a walk of the running list is */
     void (*gone)(struct req *r);      /* called if the connection closes first */
     void (*quit)(struct req *r);      /* called at QUIT instead of gone; must end r in time */
     void *ctx;                        /* the verb's state, for gone */
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
     TAILQ_ENTRY(req) link;            /* in the connection's running list */
-    TAILQ_ENTRY(req) idlink;          /* in an id record's repeats */
+    TAILQ_ENTRY(req) idlink;          /* in an id record's repeats, then in c->starting */
+    size_t len;                       /* bytes in line (a NUL among them is refused) */
     char line[];
 };
 
@@ -38,6 +40,7 @@ TAILQ_HEAD(req_list, req);
 struct queued {
     TAILQ_ENTRY(queued) link;
     uint64_t arrived;                 /* monotonic ms */
+    size_t len;                       /* bytes in line */
     char line[];
 };
 
@@ -52,6 +55,8 @@ struct conn {
     struct session *session;  /* attached session, or NULL */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
+    int authing;              /* a wrong password waits for auth-fail-delay */
+    int auth_failures;        /* wrong passwords so far */
     int untagged_busy;        /* an untagged request is being served */
     int closing;              /* close once the output is written */
     int eof;                  /* the client sent no more: finish what it sent, then close */
@@ -62,7 +67,10 @@ struct conn {
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     const char *close_reason; /* for the log, when it is freed */
     TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
+    int nqueued;              /* lines in queued */
     struct req_list running;  /* requests being served */
+    int nrunning;             /* requests in running */
+    struct req_list starting; /* repeats that took an id over, to run on the next advance */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
     TAILQ_ENTRY(conn) advance_link; /* in d->advancing */
     TAILQ_ENTRY(conn) reap_link;    /* in d->reaping */
@@ -74,9 +82,10 @@ void conn_init(struct dlockd *d);
 /* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
 /*
- * Makes a connection with a fresh session from a non-blocking stream socket
- * (conn_accept's, or one end of a socketpair in a fuzz harness), and takes
- * ownership of fd: it is closed with the connection. Does not check maxclients.
+ * Makes a connection from a non-blocking stream socket (conn_accept's, or
+ * one end of a socketpair in a fuzz harness), with a fresh session unless
+ * it has to AUTH first, and takes ownership of fd: it is closed with the
+ * connection. Does not check maxclients.
  */
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer);
 
@@ -90,6 +99,12 @@ void req_err(struct req *r, enum proto_err e, const char *fmt, ...) __attribute_
 void req_send(struct req *r, const char *body);
 /* Ends r without a reply (its connection is gone). */
 void req_drop(struct req *r);
+/*
+ * Runs r (cmd_run) from its connection's next advance, never inside the
+ * caller. Returns -1, leaving r as it is, when the connection is closing,
+ * half-closed or quitting: nothing new may start there.
+ */
+int req_start_soon(struct req *r);
 /* The live session of r, or NULL when it ended meanwhile. */
 struct session *req_session(struct req *r);
 
@@ -104,9 +119,12 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
-/* Marks c authenticated. */
+/* Marks c authenticated and gives it a fresh session if it has none. */
 void conn_authed(struct conn *c);
-/* Closes c once its output is written; never frees it before returning. */
+/*
+ * Stops reading c, cancels what it runs (as its close does) and closes it
+ * once its output is written; never frees it before returning.
+ */
 void conn_close_soon(struct conn *c, const char *reason);
 /* Closes every connection now and frees what conn_init made (shutdown). */
 void conn_close_all(struct dlockd *d);

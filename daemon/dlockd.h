@@ -20,8 +20,10 @@ struct server;
 struct conn;
 struct evhttp;
 struct args;
+struct idrec;
 
 TAILQ_HEAD(conn_list, conn);
+TAILQ_HEAD(idrec_list, idrec);
 
 struct dlockd {
     struct event_base *base;
@@ -41,6 +43,8 @@ struct dlockd {
     struct dict *names;         /* name -> struct lname: the holds, by name */
     uint64_t nholds;            /* holds of all sessions */
     struct dict *latches;       /* name -> struct awaiters of a latch */
+    struct idrec_list ids;      /* remembered id= replies of all sessions, oldest first (reqid.c) */
+    int64_t nids;               /* in ids */
     struct conn_list conns;     /* open connections */
     int nconns;
     struct conn_list advancing; /* connections whose next step is due (conn.c) */

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <nettle/memops.h>
+#include <nettle/sha2.h>
+
 #include "conn.h"
 #include "dict.h"
 #include "hold.h"
@@ -68,6 +71,37 @@ struct session *session_find(struct dlockd *d, const char *id)
     return id[0] ? dict_get(d->sessions, id) : NULL;
 }
 
+static void hash_secret(const char *secret, unsigned char out[SESSION_HASH_LEN])
+{
+    struct sha256_ctx ctx;
+
+    _Static_assert(SESSION_HASH_LEN == SHA256_DIGEST_SIZE, "a session keeps a SHA-256");
+    sha256_init(&ctx);
+    sha256_update(&ctx, strlen(secret), (const uint8_t *)secret);
+    sha256_digest(&ctx, SESSION_HASH_LEN, out);
+}
+
+struct session *session_check(struct dlockd *d, const char *id, const char *secret)
+{
+    unsigned char h[SESSION_HASH_LEN];
+    struct session *s = session_find(d, id);
+
+    hash_secret(secret, h);
+    if (s == NULL || !s->has_secret || !memeql_sec(h, s->secret_hash, sizeof(h)))
+        return NULL;
+    return s;
+}
+
+void session_new_secret(struct session *s, char out[SESSION_SECRET_LEN + 1])
+{
+    _Static_assert(SESSION_SECRET_LEN == 2 * DLOCKD_ID_LEN, "a secret is two random ids");
+    /* dlockd_random_id draws from getrandom(2) (main.c). */
+    dlockd_random_id(out);
+    dlockd_random_id(out + DLOCKD_ID_LEN);
+    hash_secret(out, s->secret_hash);
+    s->has_secret = 1;
+}
+
 void session_touch(struct session *s)
 {
     s->last_seen = now_ms();
@@ -82,12 +116,17 @@ void session_set_ttl(struct session *s, int64_t ttl)
 
 void session_attach(struct session *s, struct conn *c)
 {
-    if (s->conn && s->conn != c)
-        s->conn->session = NULL;
+    struct conn *old = s->conn;
+
     if (c->session && c->session != s)
         c->session->conn = NULL;
     s->conn = c;
     c->session = s;
+    if (old && old != c) {
+        old->session = NULL;
+        conn_event(old, "BYE reason=moved");
+        conn_close_soon(old, "session moved");
+    }
 }
 
 static int forget(const char *key, void *val, void *arg)

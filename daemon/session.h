@@ -14,6 +14,9 @@ struct wait;
 struct idrec;
 struct dict;
 
+#define SESSION_SECRET_LEN 32 /* hex characters of a secret: 128 bits */
+#define SESSION_HASH_LEN 32   /* bytes of its SHA-256 */
+
 struct session {
     struct dlockd *d;
     char id[DLOCKD_ID_LEN + 1];
@@ -26,14 +29,26 @@ struct session {
     TAILQ_HEAD(, wait) waits;
     int nholds;
     int hello;                    /* opened or named by HELLO: its end is logged */
+    int has_secret;               /* HELLO gave it a secret: it can be resumed */
+    unsigned char secret_hash[SESSION_HASH_LEN]; /* SHA-256 of that secret, never the secret */
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
-    TAILQ_HEAD(, idrec) idlist;   /* oldest first */
-    int nids;
+    TAILQ_HEAD(, idrec) idlist;   /* the answered ones, oldest first */
+    int64_t nids;                 /* in idlist */
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */
 struct session *session_new(struct dlockd *d, const char *name, int64_t ttl);
 struct session *session_find(struct dlockd *d, const char *id);
+/*
+ * The live session id when secret is its secret (compared in constant time,
+ * after hashing whatever the answer will be), else NULL.
+ */
+struct session *session_check(struct dlockd *d, const char *id, const char *secret);
+/*
+ * Gives s a new secret (128 random bits), keeping only its SHA-256; the old
+ * one no longer resumes s. The secret, in hex, goes to out and nowhere else.
+ */
+void session_new_secret(struct session *s, char out[SESSION_SECRET_LEN + 1]);
 void session_set_name(struct session *s, const char *name);
 /* Clamps ttl to session-ttl-min..session-ttl-max. */
 int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
@@ -41,7 +56,10 @@ int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
 void session_touch(struct session *s);
 /* Sets the ttl (clamped), counted from the last request. */
 void session_set_ttl(struct session *s, int64_t ttl);
-/* Attaches s to c, detaching whatever c or s had. */
+/*
+ * Attaches s to c, detaching the session c had. A connection s had before
+ * is told * BYE reason=moved and closed (its waits are cancelled).
+ */
 void session_attach(struct session *s, struct conn *c);
 
 enum session_end { SESSION_QUIT, SESSION_EXPIRED };

@@ -40,7 +40,8 @@ struct verb_spec {
 #define O_LOCKER (PROTO_O_OWNER | PROTO_O_ID)
 
 static const struct verb_spec verbs[VERB_NVERBS] = {
-    [VERB_HELLO] = {"HELLO", 0, 0, 0, 0, PROTO_O_TTL | PROTO_O_NAME | PROTO_O_SESSION | PROTO_O_AUTH, 0},
+    [VERB_HELLO] = {"HELLO", 0, 0, 0, 0,
+                    PROTO_O_TTL | PROTO_O_NAME | PROTO_O_SESSION | PROTO_O_SECRET | PROTO_O_AUTH, 0},
     [VERB_PING] = {"PING", 0, 0, 0, 0, 0, 0},
     [VERB_QUIT] = {"QUIT", 0, 0, 0, 0, 0, 0},
     [VERB_AUTH] = {"AUTH", 1, 1, 1, 0, 0, 0},
@@ -71,7 +72,7 @@ enum opt_type {
     OPT_DUR,  /* duration > 0, no inf */
     OPT_INT,  /* decimal integer >= min */
     OPT_STR,  /* printable string of at most PROTO_STR_MAX bytes */
-    OPT_RAW,  /* any non-empty token (a password) */
+    OPT_RAW,  /* any non-empty token (a password, a secret): never quoted back */
 };
 
 struct opt_spec {
@@ -92,6 +93,7 @@ static const struct opt_spec opts[] = {
     {"name", PROTO_O_NAME, OPT_STR, 1, AT(client_name)},
     {"session", PROTO_O_SESSION, OPT_STR, 1, AT(session)},
     {"auth", PROTO_O_AUTH, OPT_RAW, 1, AT(auth)},
+    {"secret", PROTO_O_SECRET, OPT_RAW, 1, AT(secret)},
     {"id", PROTO_O_ID, OPT_STR, 1, AT(id)},
     {"limit", PROTO_O_LIMIT, OPT_INT, 1, AT(limit)},
     {"permits", PROTO_O_PERMITS, OPT_INT, 1, AT(permits)},
@@ -167,6 +169,15 @@ static void drop_cr(char *line)
         line[len - 1] = '\0';
 }
 
+/* The first control byte of line other than TAB, or 0 when there is none. */
+static unsigned char control_byte(const char *line)
+{
+    for (const unsigned char *p = (const unsigned char *)line; *p != '\0'; p++)
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f)
+            return *p;
+    return 0;
+}
+
 /* 1 when s (after the '#') is 1-32 characters of [A-Za-z0-9_.-]. */
 static int valid_tag(const char *s)
 {
@@ -179,7 +190,7 @@ int proto_valid_name(const char *s)
 {
     size_t n = 0;
 
-    if (s == NULL)
+    if (s == NULL || s[0] == '}')
         return 0;
     for (; s[n] != '\0'; n++)
         if (n >= PROTO_NAME_MAX || !is_printable((unsigned char)s[n]) || s[n] == '=')
@@ -488,19 +499,36 @@ enum proto_err proto_parse(char *line, struct proto_req *req, char *err, size_t 
     char *cur = line;
     char *tok;
     enum proto_err e;
+    unsigned char bad;
 
     req_init(req);
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     drop_cr(line);
+    bad = control_byte(line);
     if ((tok = next_token(&cur)) == NULL)
         return PROTO_OK;
-    if ((e = parse_head(&p, &cur, &tok)) != PROTO_OK)
+    e = parse_head(&p, &cur, &tok);
+    /* After the head, so that the error carries the tag when there is one. */
+    if (bad != 0)
+        return fail(&p, PROTO_ESYNTAX, "control byte 0x%02x in request", bad);
+    if (e != PROTO_OK)
         return e;
     for (int first = 1; (tok = next_token(&cur)) != NULL; first = 0)
         if ((e = parse_arg(&p, tok, first)) != PROTO_OK)
             return e;
     return check_complete(&p);
+}
+
+enum proto_err proto_parse_len(char *line, size_t len, struct proto_req *req, char *err, size_t errlen)
+{
+    int nul = memchr(line, '\0', len) != NULL;
+    enum proto_err e = proto_parse(line, req, err, errlen);
+
+    /* A C string ends at the NUL: what follows it would be lost, not refused. */
+    if (nul && err != NULL && errlen > 0)
+        snprintf(err, errlen, "NUL byte in request");
+    return nul ? PROTO_ESYNTAX : e;
 }
 
 /* ---------------------------------------------------------------- line splitter */

@@ -67,6 +67,7 @@ enum proto_verb {
 #define PROTO_O_COUNT (1u << 9)
 #define PROTO_O_N (1u << 10)
 #define PROTO_O_ID (1u << 11)
+#define PROTO_O_SECRET (1u << 12)
 
 /* A parsed request. String pointers point into the line given to proto_parse(). */
 struct proto_req {
@@ -84,6 +85,7 @@ struct proto_req {
     const char *client_name;          /* name= of HELLO */
     const char *session;              /* session= of HELLO */
     const char *auth;                 /* auth= of HELLO */
+    const char *secret;               /* secret= of HELLO */
     const char *id;                   /* id= request id */
 };
 
@@ -124,18 +126,24 @@ const char *proto_verb_name(enum proto_verb v);
  */
 int proto_duration(const char *s, int allow_inf, int64_t *ms);
 
-/* 1 when s is a valid name (1-200 bytes of 0x21-0x7E, no '='), else 0. */
+/*
+ * 1 when s is a valid name (1-200 bytes of 0x21-0x7E, no '=', not starting
+ * with '}', which would leave its keys' hash tag empty), else 0.
+ */
 int proto_valid_name(const char *s);
 
 /*
  * Parses one request line (without its terminator; a trailing '\r' is
  * dropped). Tokenises in place, so the line is modified and req points into
  * it. Returns PROTO_OK, or an error code with a human message in err.
+ * A control byte other than TAB (0x00-0x1F, 0x7F) is PROTO_ESYNTAX.
  * A malformed tag leaves req->tag empty (the error is answered untagged);
  * for other errors the tag is set. An empty line returns PROTO_OK with
  * verb = VERB_NVERBS (to be ignored).
  */
 enum proto_err proto_parse(char *line, struct proto_req *req, char *err, size_t errlen);
+/* proto_parse for a line of len bytes (line[len] is '\0') that may hold NUL bytes: any is PROTO_ESYNTAX. */
+enum proto_err proto_parse_len(char *line, size_t len, struct proto_req *req, char *err, size_t errlen);
 
 /* Initialises a splitter for lines of at most max bytes with terminator. */
 void proto_lines_init(struct proto_lines *pl, size_t max);

@@ -515,7 +515,7 @@ START_TEST(test_waiters_killed)
     start = h_now_ms();
     for (int i = 0; i < MANY; i += WAITER_BATCH) {
         peers_open_range(p, i, i + WAITER_BATCH, D->port, "HELLO ttl=120s\n#w LOCK big wait=300s\n",
-                         "OK session=%x ttl=120000 %*");
+                         "OK session=%x secret=%x ttl=120000 %*");
         if (!h_wait_waiters(holder, "big", i + WAITER_BATCH, 30000))
             H_FAIL("waiters %d..%d not queued within 30 s", i, i + WAITER_BATCH - 1);
     }
@@ -600,7 +600,7 @@ START_TEST(test_many_connections)
     probe_baseline(probe, &base, 300);
     rss0 = proc_kb(D->pid, "VmRSS");
     start = h_now_ms();
-    peers_open(p, MANY, D->port, "HELLO ttl=120s\n", "OK session=%x ttl=120000 %*");
+    peers_open(p, MANY, D->port, "HELLO ttl=120s\n", "OK session=%x secret=%x ttl=120000 %*");
     opened_ms = h_now_ms() - start;
     rss = proc_kb(D->pid, "VmRSS");
     printf("hostile: %d connections opened and answered HELLO in %lld ms; daemon RSS %ld kB -> %ld kB "
@@ -676,8 +676,8 @@ START_TEST(test_pipelined_quit)
 END_TEST
 
 /* Untagged requests pipelined behind one that waits for Redis run one after the other when it
- * is answered, in order, however many there are. (Each one used to be run from inside the reply
- * of the one before: a few hundred of them overflowed the daemon's stack.) */
+ * is answered, in order, as many as max-queued lets wait. (Each one used to be run from inside
+ * the reply of the one before: a few hundred of them overflowed the daemon's stack.) */
 START_TEST(test_pipelined_untagged)
 {
     const int n = 100000;
@@ -688,7 +688,7 @@ START_TEST(test_pipelined_untagged)
     int ok = 0, locked;
     int64_t start;
 
-    D = h_dlockd_start(R->port, NULL);
+    D = h_dlockd_start(R->port, H_ARGS("--max-queued", "100000"));
     probe = H_CLIENT(D, "name=probe");
     strcpy(burst, "LOCK pu\n");
     for (int i = 0; i < n; i++)

@@ -342,7 +342,8 @@ START_TEST(test_example_session)
     const char *r;
     long long t;
 
-    r = H_REQ(c, "OK session=%x ttl=30000 proto=1 server=dlockd/%w resumed=0", "HELLO name=billing-7 ttl=30s");
+    r = H_REQ(c, "OK session=%x secret=%x ttl=30000 proto=1 server=dlockd/%w resumed=0 lease=30000",
+              "HELLO name=billing-7 ttl=30s");
     ck_assert_int_eq(h_kv(r, "session", sid, sizeof sid), 0);
     ck_assert_int_eq(strlen(sid), 16);
     t = H_LOCK_NEW(c, "invoices wait=5s");

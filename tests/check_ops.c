@@ -956,7 +956,7 @@ START_TEST(test_preauth_verbs)
     const char *r;
 
     H_REQ(c, "OK", "PING");
-    H_REQ(c, "OK session=%x%*", "HELLO name=pre");
+    H_REQ(c, "ERR NOAUTH%*", "HELLO name=pre");
     for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++)
         H_REQ(c, "ERR NOAUTH%*", "%s", denied[i]);
     ck_assert_int_eq(h_send(c, "#t LOCK x"), 0);

@@ -738,18 +738,20 @@ START_TEST(test_safe_retry_reconnect)
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s");
     struct h_conn *b = H_CLIENT(D, "name=bob");
     struct h_conn *a2;
-    char first[256], sfirst[256], sid[64], pat[128];
+    char first[256], sfirst[256], sid[64], secret[64], pat[200];
     const char *r;
 
     snprintf(sid, sizeof sid, "%s", a->session);
+    snprintf(secret, sizeof secret, "%s", a->secret);
     r = H_REQ(a, "OK token=%d count=1", "LOCK rr id=k1");
     snprintf(first, sizeof first, "%s", r);
     r = H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE rrs limit=2 id=k2");
     snprintf(sfirst, sizeof sfirst, "%s", r);
     h_close(a); /* as if the reply had been lost with the connection */
     a2 = H_CONNECT(D->port);
-    snprintf(pat, sizeof pat, "OK session=%s ttl=30000 proto=1 server=dlockd/%%w resumed=1", sid);
-    H_REQ(a2, pat, "HELLO session=%s", sid);
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=30000 proto=1 server=dlockd/%%w resumed=1 lease=%%d", sid,
+             secret);
+    H_REQ(a2, pat, "HELLO session=%s secret=%s", sid, secret);
     H_REQ(a2, first, "LOCK rr id=k1");
     H_REQ(a2, sfirst, "ACQUIRE rrs limit=2 id=k2");
     r = H_REQ(b, "OK {%*", "STATUS rr");

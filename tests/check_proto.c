@@ -187,8 +187,41 @@ START_TEST(test_crlf)
     ck_assert_int_eq(req.wait_ms, 5000);
     ck_assert_int_eq(parse("STATUS abc\r", &req), PROTO_OK);
     ck_assert_str_eq(req.names[0], "abc");
-    /* only a trailing '\r' is dropped; one inside the line is part of a token */
-    ck_assert_int_eq(parse("PING\r x", &req), PROTO_EUNKNOWN);
+    /* only a trailing '\r' is dropped; one inside the line is a control byte */
+    ck_assert_int_eq(parse("PING\r x", &req), PROTO_ESYNTAX);
+    ck_assert_str_eq(errbuf, "control byte 0x0d in request");
+}
+END_TEST
+
+/* Control bytes and NULs: "LOCK x\0 shared" once ran as an exclusive LOCK x. */
+START_TEST(test_control_bytes)
+{
+    static const char nul[] = "#t LOCK x\0 shared";
+    struct proto_req req;
+    char line[32];
+
+    for (int b = 1; b < 0x20; b++) {
+        if (b == '\t' || b == '\n')
+            continue;
+        ck_assert_int_eq(parse(fmt("#t LOCK x%c shared", b), &req), PROTO_ESYNTAX);
+        ck_assert_str_eq(req.tag, "t");
+        ck_assert_str_eq(errbuf, fmt("control byte 0x%02x in request", b));
+    }
+    ck_assert_int_eq(parse("LOCK\x7fx", &req), PROTO_ESYNTAX);
+    ck_assert_int_eq(parse("\x01", &req), PROTO_ESYNTAX);
+    ck_assert_int_eq(parse("LOCK\tx\tshared\r", &req), PROTO_OK);
+    ck_assert_uint_eq(req.flags, PROTO_F_SHARED);
+    ck_assert_int_eq(parse("AUTH p\xc3\xa4ss", &req), PROTO_OK); /* bytes above 0x7f are no control bytes */
+
+    memcpy(line, nul, sizeof(nul));
+    ck_assert_int_eq(proto_parse_len(line, sizeof(nul) - 1, &req, errbuf, sizeof(errbuf)), PROTO_ESYNTAX);
+    ck_assert_str_eq(req.tag, "t");
+    ck_assert_str_eq(errbuf, "NUL byte in request");
+    memcpy(line, "\0PING", 6);
+    ck_assert_int_eq(proto_parse_len(line, 5, &req, errbuf, sizeof(errbuf)), PROTO_ESYNTAX);
+    memcpy(line, "LOCK x shared", 14);
+    ck_assert_int_eq(proto_parse_len(line, 13, &req, errbuf, sizeof(errbuf)), PROTO_OK);
+    ck_assert_uint_eq(req.flags, PROTO_F_SHARED);
 }
 END_TEST
 
@@ -208,8 +241,8 @@ START_TEST(test_unknown_verb)
     ck_assert_int_eq(parse(rep('Z', 500), &req), PROTO_EUNKNOWN);
     ck_assert_uint_lt(strlen(errbuf), 100);
     ck_assert_ptr_nonnull(strstr(errbuf, "...'"));
-    ck_assert_int_eq(parse("F\x01\x7f\xff", &req), PROTO_EUNKNOWN);
-    ck_assert_str_eq(errbuf, "unknown verb 'F?\?\?'");
+    ck_assert_int_eq(parse("F\x80\xff", &req), PROTO_EUNKNOWN);
+    ck_assert_str_eq(errbuf, "unknown verb 'F?\?'");
 }
 END_TEST
 
@@ -281,6 +314,11 @@ START_TEST(test_valid_name)
         s[2] = '\0';
         ck_assert_int_eq(proto_valid_name(s), c >= 0x21 && c <= 0x7e && c != '=');
     }
+    /* '}' first would make the hash tag of its keys empty ("{}...}:h"): one slot per key */
+    ck_assert_int_eq(proto_valid_name("}"), 0);
+    ck_assert_int_eq(proto_valid_name("}a"), 0);
+    ck_assert_int_eq(proto_valid_name("a}"), 1);
+    ck_assert_int_eq(proto_valid_name("{}"), 1);
 }
 END_TEST
 
@@ -294,8 +332,10 @@ START_TEST(test_names_in_requests)
     ck_assert_ptr_nonnull(strstr(errbuf, "bad name"));
     ck_assert_int_eq(parse(fmt("LOCK a %s", rep('n', 201)), &req), PROTO_ESYNTAX);
     ck_assert_int_eq(parse("STATUS a\x7f", &req), PROTO_ESYNTAX);
-    ck_assert_int_eq(parse("STATUS a\x01", &req), PROTO_ESYNTAX);
+    ck_assert_int_eq(parse("STATUS a\x80", &req), PROTO_ESYNTAX);
     ck_assert_str_eq(errbuf, "bad name 'a?'");
+    ck_assert_int_eq(parse("LOCK a }b", &req), PROTO_ESYNTAX);
+    ck_assert_str_eq(errbuf, "bad name '}b'");
     /* a first token with '=' is not taken as an option */
     ck_assert_int_eq(parse("LOCK wait=5s", &req), PROTO_ESYNTAX);
     ck_assert_str_eq(errbuf, "missing name before 'wait=5s'");
@@ -367,11 +407,13 @@ START_TEST(test_hello)
     ck_assert_uint_eq(req.has, 0);
     ck_assert_int_eq(req.nnames, 0);
 
-    ck_assert_int_eq(parse("HELLO name=billing-7 ttl=30s session=9f1c2a7e0b3d auth=s3=cr3t", &req), PROTO_OK);
-    ck_assert_uint_eq(req.has, PROTO_O_NAME | PROTO_O_TTL | PROTO_O_SESSION | PROTO_O_AUTH);
+    ck_assert_int_eq(parse("HELLO name=billing-7 ttl=30s session=9f1c2a7e0b3d secret=5be0c1 auth=s3=cr3t", &req),
+                     PROTO_OK);
+    ck_assert_uint_eq(req.has, PROTO_O_NAME | PROTO_O_TTL | PROTO_O_SESSION | PROTO_O_SECRET | PROTO_O_AUTH);
     ck_assert_str_eq(req.client_name, "billing-7");
     ck_assert_int_eq(req.ttl_ms, 30000);
     ck_assert_str_eq(req.session, "9f1c2a7e0b3d");
+    ck_assert_str_eq(req.secret, "5be0c1");
     ck_assert_str_eq(req.auth, "s3=cr3t");
 
     ck_assert_int_eq(parse(fmt("HELLO name=%s", rep('c', 200)), &req), PROTO_OK);
@@ -390,6 +432,9 @@ START_TEST(test_hello)
         {"HELLO name=", PROTO_ESYNTAX, "bad value 'name='"},
         {"HELLO session=", PROTO_ESYNTAX, NULL},
         {"HELLO auth=", PROTO_ESYNTAX, NULL},
+        {"HELLO secret=", PROTO_ESYNTAX, NULL},
+        {"HELLO secret=a secret=a", PROTO_ESYNTAX, "duplicate option 'secret'"},
+        {"LOCK x secret=a", PROTO_ESYNTAX, "LOCK does not take option 'secret'"},
         {"HELLO foo=1", PROTO_ESYNTAX, "unknown option 'foo'"},
         {"HELLO TTL=1s", PROTO_ESYNTAX, "unknown option 'TTL'"},
         {"HELLO =1", PROTO_ESYNTAX, NULL},
@@ -1301,6 +1346,7 @@ static Suite *proto_suite(void)
     tcase_add_test(tc, test_empty_lines);
     tcase_add_test(tc, test_verb_case_and_separators);
     tcase_add_test(tc, test_crlf);
+    tcase_add_test(tc, test_control_bytes);
     tcase_add_test(tc, test_unknown_verb);
     tcase_add_test(tc, test_tags);
     tcase_add_test(tc, test_valid_name);

@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 
 
-#define HELLO_REPLY(ttl) "OK session=%x ttl=" ttl " proto=1 server=dlockd/%w resumed=0"
+#define HELLO_REPLY(ttl) "OK session=%x secret=%x ttl=" ttl " proto=1 server=dlockd/%w resumed=0 lease=30000"
 
 START_TEST(test_hello_fields)
 {
@@ -85,7 +85,7 @@ START_TEST(test_session_expiry)
 
     /* An expired session cannot be resumed. */
     n = H_CONNECT(D->port);
-    H_REQ(n, "ERR NOSESSION%*", "HELLO session=%s", h->session);
+    H_REQ(n, "ERR NOSESSION%*", "HELLO session=%s secret=%s", h->session, h->secret);
 }
 END_TEST
 
@@ -166,17 +166,19 @@ START_TEST(test_close_keeps_holds)
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=10s");
     struct h_conn *b = H_CLIENT(D, "name=bob");
     struct h_conn *a2;
-    char sid[64], pat[160];
+    char sid[64], secret[64], pat[200];
     long long t = H_LOCK_NEW(a, "r");
 
     snprintf(sid, sizeof sid, "%s", a->session);
+    snprintf(secret, sizeof secret, "%s", a->secret);
     h_close(a);
     h_sleep_ms(300);
     H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK r");
 
     a2 = H_CONNECT(D->port);
-    snprintf(pat, sizeof pat, "OK session=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1", sid);
-    H_REQ(a2, pat, "HELLO session=%s", sid);
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1 lease=%%d", sid,
+             secret);
+    H_REQ(a2, pat, "HELLO session=%s secret=%s", sid, secret);
     snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
     H_REQ(a2, pat, "LOCK r"); /* the same hold, re-entered */
     H_REQ(a2, "OK count=1", "UNLOCK r");
@@ -206,7 +208,7 @@ START_TEST(test_unknown_session)
     struct h_conn *c = H_CLIENT(D, "name=me");
     struct h_conn *b = H_CLIENT(D, "name=bob");
 
-    H_REQ(c, "ERR NOSESSION%*", "HELLO session=0123456789abcdef");
+    H_REQ(c, "ERR NOSESSION%*", "HELLO session=0123456789abcdef secret=0123456789abcdef0123456789abcdef");
     H_REQ(c, "OK", "PING");
     H_LOCK_NEW(c, "us"); /* its own session is untouched */
     H_REQ(b, "BUSY holder=me ttl=%d", "LOCK us");
@@ -260,8 +262,8 @@ START_TEST(test_auth_flow)
     H_LOCK_NEW(c2, "b");
     H_REQ(c2, "BUSY holder=%w ttl=%d", "LOCK a");
 
-    /* HELLO without auth= is allowed but does not authenticate; QUIT is allowed. */
-    H_REQ(c3, "OK session=%x%*", "HELLO name=y");
+    /* HELLO without auth= neither authenticates nor opens a session; QUIT is allowed. */
+    H_REQ(c3, "ERR NOAUTH%*", "HELLO name=y");
     H_REQ(c3, "ERR NOAUTH%*", "LOCK c");
     H_REQ(c3, "OK", "QUIT");
     H_EOF(c3, 3000);

@@ -1468,6 +1468,7 @@ struct h_conn *h_client_at(const char *file, int line, const struct h_dlockd *d,
     else
         r = h_req_at(file, line, c, "OK session=%x%*", "HELLO");
     h_kv(r, "session", c->session, sizeof c->session);
+    h_kv(r, "secret", c->secret, sizeof c->secret);
     return c;
 }
 

@@ -47,6 +47,7 @@ struct h_conn {
     size_t qcap;        /* slots in queue */
     char *last;         /* the line returned last; valid until the next take on this connection */
     char session[64];   /* session id from h_client()'s HELLO, "" otherwise */
+    char secret[64];    /* its secret, for HELLO session= secret= */
 };
 
 /* ---- process and run setup */
@@ -244,7 +245,7 @@ long long h_kv_int_at(const char *file, int line, const char *reply, const char 
 #define H_FAIL(...) h_fail_at(__FILE__, __LINE__, __VA_ARGS__)
 /* Connects to port; fails the test when it cannot. */
 #define H_CONNECT(port) h_connect_at(__FILE__, __LINE__, (port))
-/* Connects to d and sends "HELLO hello_args" (may be ""); expects OK session=...; c->session is set. */
+/* Connects to d and sends "HELLO hello_args" (may be ""); expects OK session=...; c->session and c->secret are set. */
 #define H_CLIENT(d, hello_args) h_client_at(__FILE__, __LINE__, (d), (hello_args))
 /* Sends a request (printf-style) and expects the next non-event reply within H_TIMEOUT to match pattern. */
 #define H_REQ(c, pattern, ...) h_req_at(__FILE__, __LINE__, (c), (pattern), __VA_ARGS__)

@@ -18,7 +18,7 @@ stale write.
 
 It heartbeats with a tagged `#p PING` every ttl/3, also while a LOCK waits. When the
 connection breaks it reconnects (retrying until it succeeds), resumes its session with
-HELLO session=ID when dlockd still has it, and releases what it held.
+HELLO session=ID secret=S when dlockd still has it, and releases what it held.
 SIGTERM: finish the current iteration, QUIT, exit 0.
 """
 
@@ -50,6 +50,7 @@ class Dlock:
         self.hb_ns = args.ttl_ms * 1_000_000 // 3
         self.conn = None
         self.session = None
+        self.secret = None
         self.next_hb = 0
 
     # -- connection
@@ -75,7 +76,7 @@ class Dlock:
     def hello(self):
         base = "HELLO ttl=%dms name=%s" % (self.a.ttl_ms, self.a.id)
         if self.session:
-            rep = self.raw_request(base + " session=" + self.session, 3.0)
+            rep = self.raw_request("%s session=%s secret=%s" % (base, self.session, self.secret), 3.0)
             if rep.startswith("OK"):
                 self.hist.rec(k="ev", e="RESUMED", sess=self.session)
                 return True
@@ -83,6 +84,7 @@ class Dlock:
         if not rep.startswith("OK"):
             raise ConnLost()
         self.session = kv(rep, "session")
+        self.secret = kv(rep, "secret")
         self.hist.rec(k="ev", e="SESSION", sess=self.session)
         return False
 
