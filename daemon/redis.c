@@ -34,7 +34,6 @@ struct redis {
     int closed;              /* shutting down: no reconnects */
     uint64_t answering_sent; /* sent time of the call whose callback runs */
     int answering_late;      /* the callback running is a late one */
-    uint64_t trouble_at;     /* monotonic ms the link last went down or a call timed out */
 };
 
 struct redis_call {
@@ -67,14 +66,8 @@ int redis_answering_late(const struct redis *rd)
     return rd->answering_late;
 }
 
-int redis_trouble_since(const struct redis *rd, uint64_t ms)
-{
-    return rd->jeopardy || rd->trouble_at >= ms;
-}
-
 static void enter_jeopardy(struct redis *rd)
 {
-    rd->trouble_at = now_ms();
     if (rd->jeopardy)
         return;
     rd->jeopardy = 1;

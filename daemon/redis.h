@@ -40,8 +40,6 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 uint64_t redis_answering_sent(const struct redis *rd);
 /* 1 while a `late` callback runs: its reply came after the call timed out. */
 int redis_answering_late(const struct redis *rd);
-/* 1 when the link has been in trouble (down, or a call timed out) since ms (monotonic). */
-int redis_trouble_since(const struct redis *rd, uint64_t ms);
 /* Called by the renewal task when a renewal succeeded: ends jeopardy. */
 void redis_renewed(struct redis *rd);
 
