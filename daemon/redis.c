@@ -2,6 +2,7 @@
  * (pipelined EVALSHA, reloaded on NOSCRIPT), one receives this daemon's pub/sub
  * channel. Every call has a deadline of backend-timeout; a dropped link is
  * reconnected with backoff, and sessions hear * JEOPARDY and * SAFE. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,9 @@ struct redis {
     redisAsyncContext *sub; /* pub/sub; NULL while down */
     int ac_ready, sub_ready;
     int jeopardy;           /* sessions were told * JEOPARDY */
+    int clean;              /* nothing failed since the renewal cycle started */
+    int recheck;            /* Redis went silent: renew as soon as it answers again */
+    char error[256];        /* the last failure: why the link is down or in jeopardy */
     int backoff;            /* ms before the next reconnect */
     struct event *reconnect;
     char latch_channel[256]; /* where a latch that reaches 0 is announced */
@@ -66,21 +70,46 @@ int redis_answering_late(const struct redis *rd)
     return rd->answering_late;
 }
 
-static void enter_jeopardy(struct redis *rd)
+const char *redis_error(const struct redis *rd)
 {
-    if (rd->jeopardy)
+    return redis_up(rd) && !rd->jeopardy ? "" : rd->error;
+}
+
+/* --- jeopardy: from any failure until a whole renewal cycle succeeds */
+
+/* Something failed; silent: Redis did not answer at all. */
+static void trouble(struct redis *rd, int silent, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void trouble(struct redis *rd, int silent, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    rd->clean = 0;
+    rd->recheck |= silent;
+    if (rd->jeopardy) {
+        log_debug("backend: %s", why);
         return;
+    }
+    snprintf(rd->error, sizeof(rd->error), "%s", why);
+    log_warnx("backend: in jeopardy, holds may not be renewed: %s", why);
     rd->jeopardy = 1;
-    log_warnx("backend: in jeopardy, holds cannot be renewed");
     conn_broadcast(rd->d, "JEOPARDY");
+}
+
+void redis_renewing(struct redis *rd)
+{
+    rd->clean = 1;
 }
 
 void redis_renewed(struct redis *rd)
 {
-    if (!rd->jeopardy || !redis_up(rd))
+    if (!rd->jeopardy || !redis_up(rd) || !rd->clean)
         return;
     rd->jeopardy = 0;
-    log_info("backend: safe again");
+    log_info("backend: safe again, every hold renewed");
     conn_broadcast(rd->d, "SAFE");
 }
 
@@ -134,9 +163,8 @@ static void call_timeout(struct deadline *dl)
 {
     struct redis_call *call = container_of(dl, struct redis_call, timeout);
 
-    log_warnx("backend: %s did not answer within %lldms", scripts[call->id].name,
-              (long long)call->rd->d->cfg.backend_timeout);
-    enter_jeopardy(call->rd);
+    trouble(call->rd, 1, "%s did not answer within %lldms", scripts[call->id].name,
+            (long long)call->rd->d->cfg.backend_timeout);
     call_answer(call, NULL);
 }
 
@@ -162,6 +190,7 @@ static int resend_with_eval(struct redis_call *call)
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_call *call = privdata;
+    struct redis *rd = call->rd;
     redisReply *r = reply;
 
     (void)ac;
@@ -172,20 +201,23 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         r = NULL;
     }
     if (r && r->type == REDIS_REPLY_ERROR) {
-        log_warnx("backend: %s: %s", scripts[call->id].name, r->str);
+        /* OOM, BUSY, READONLY...: Redis is there but does not do what dlockd needs. */
+        trouble(rd, 0, "%s: %s", scripts[call->id].name, r->str);
         r = NULL;
     }
     if (!call->answered) {
         call_answer(call, r);
         if (r == NULL && call->late)
-            call->late(call->rd->d, NULL, call->arg);
+            call->late(rd->d, NULL, call->arg);
     } else if (call->late) {
-        call->rd->answering_late = 1;
-        call->late(call->rd->d, r, call->arg);
-        call->rd->answering_late = 0;
+        rd->answering_late = 1;
+        call->late(rd->d, r, call->arg);
+        rd->answering_late = 0;
     }
-    if (r && call->rd->jeopardy)
-        renew_now(call->rd->d);
+    if (r && rd->recheck && rd->jeopardy) {
+        rd->recheck = 0;
+        renew_now(rd->d);
+    }
     call_free(call);
 }
 
@@ -389,7 +421,7 @@ static void link_down(struct redis *rd, const char *why)
         redisAsyncDisconnect(ac);
     if (sub)
         redisAsyncDisconnect(sub);
-    enter_jeopardy(rd);
+    trouble(rd, 0, "link down (%s)", why ? why : "?");
 }
 
 struct redis *redis_new(struct dlockd *d)
@@ -400,6 +432,7 @@ struct redis *redis_new(struct dlockd *d)
         fatalx("redis: out of memory");
     rd->d = d;
     rd->backoff = BACKOFF_MIN_MS;
+    snprintf(rd->error, sizeof(rd->error), "not connected yet");
     return rd;
 }
 

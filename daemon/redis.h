@@ -10,10 +10,10 @@ struct dlockd;
 
 /*
  * A script's result. r is NULL when Redis did not answer within
- * backend-timeout or the link dropped: the call may have run, or may still
- * run. Then `late`, when given, is called once more: with the real reply
- * when it comes, or with NULL when the link drops first. r is only valid
- * during the call.
+ * backend-timeout, answered with an error, or the link dropped: the call may
+ * have run, or may still run. Then `late`, when given, is called once more:
+ * with the real reply when it comes, or with NULL when none will. r is only
+ * valid during the call.
  */
 typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
 
@@ -27,6 +27,8 @@ void redis_start(struct redis *rd);
 int redis_up(const struct redis *rd);
 /* 1 while dlockd has told sessions * JEOPARDY and not yet * SAFE. */
 int redis_jeopardy(const struct redis *rd);
+/* Why the link is down or in jeopardy, for operators; "" when all is well. */
+const char *redis_error(const struct redis *rd);
 
 /*
  * Runs a script with argv[0..nkeys) as KEYS and the rest as ARGV (all
@@ -40,7 +42,10 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 uint64_t redis_answering_sent(const struct redis *rd);
 /* 1 while a `late` callback runs: its reply came after the call timed out. */
 int redis_answering_late(const struct redis *rd);
-/* Called by the renewal task when a renewal succeeded: ends jeopardy. */
+/* Called by the renewal task as a cycle starts. */
+void redis_renewing(struct redis *rd);
+/* Called by the renewal task when every call of a cycle succeeded: ends
+ * jeopardy unless something failed since the cycle started. */
 void redis_renewed(struct redis *rd);
 
 /* The string of element i of an array reply (also for integers); "" when absent. */

@@ -7,6 +7,40 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A dlockd on R with the admin endpoint on *admin_port, and extra (may be NULL) after it. */
+static struct h_dlockd *admin_daemon(int *admin_port, const char *const *extra)
+{
+    static char addr[64];
+    const char *args[H_MAX_EXTRA] = {"--admin-listen", addr};
+    int n = 2;
+
+    *admin_port = h_free_port();
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", *admin_port);
+    for (size_t i = 0; extra != NULL && extra[i] != NULL && n < H_MAX_EXTRA - 1; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    return h_dlockd_start(R->port, args);
+}
+
+/* GETs /healthz until it answers want; fails the test after timeout_ms. Returns the body (malloc'ed). */
+static char *healthz_until(int port, int want, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    char *body = NULL;
+    int code;
+
+    for (;;) {
+        free(body);
+        body = NULL;
+        code = h_http_get(port, "/healthz", NULL, &body, H_TIMEOUT);
+        if (code == want)
+            return body;
+        if (h_now_ms() > deadline)
+            H_FAIL("/healthz answers %d (%s), not %d within %d ms", code, body ? body : "", want, timeout_ms);
+        h_sleep_ms(100);
+    }
+}
+
 /* This daemon's id, from INFO through c. */
 static void daemon_id(struct h_conn *c, char *out, size_t cap)
 {
@@ -53,6 +87,93 @@ START_TEST(test_forged_grant)
     H_REPLY(c, "OK token=%d count=1", 3000);
     free(queue);
     free(after);
+}
+END_TEST
+
+START_TEST(test_oom_is_jeopardy)
+{
+    int ap;
+    struct h_dlockd *d = admin_daemon(&ap, H_ARGS("--lock-lease", "6s"));
+    struct h_conn *a = H_CLIENT(d, "name=alice");
+    struct h_conn *b = H_CLIENT(d, "name=bob");
+    char *body, *info, *r, max[32];
+    const char *l;
+    long long used;
+
+    H_LOCK_NEW(a, "oom");
+    /* Another client fills Redis up to a small maxmemory (noeviction): from then on every
+     * script that writes fails with OOM, renewals too. */
+    info = h_redis_cmd(R->port, "INFO", "memory", NULL);
+    ck_assert_ptr_nonnull(info);
+    used = strtoll(strstr(info, "used_memory:") + strlen("used_memory:"), NULL, 10);
+    free(info);
+    snprintf(max, sizeof max, "%lld", used + (1 << 20));
+    free(h_redis_cmd(R->port, "CONFIG", "SET", "maxmemory", max, NULL));
+    free(h_redis_cmd(R->port, "EVAL", "for i = 1, 2048 do redis.call('SET', 'filler' .. i, string.rep('f', 1024)) end",
+                     "0", NULL));
+    r = h_redis_cmd(R->port, "SET", "one-more", "x", NULL);
+    ck_assert_msg(r != NULL && strncmp(r, "-OOM", 4) == 0, "SET at maxmemory -> %s", r ? r : "(nil)");
+    free(r);
+    H_EVENT(a, "* JEOPARDY", 2000 + 2000);
+    body = healthz_until(ap, 503, 1000);
+    ck_assert_msg(strstr(body, "OOM") != NULL, "/healthz body '%s'", body);
+    free(body);
+    l = h_request(b, H_TIMEOUT, "LOCK oom2");
+    ck_assert_msg(l != NULL && h_match(l, "ERR BACKEND%*"), "LOCK at OOM -> %s", l ? l : "(nothing)");
+    ck_assert_ptr_null(h_event(a, "* SAFE", 2500));
+
+    free(h_redis_cmd(R->port, "CONFIG", "SET", "maxmemory", "0", NULL));
+    H_EVENT(a, "* SAFE", 2000 + 3000);
+    free(healthz_until(ap, 200, 1000));
+}
+END_TEST
+
+START_TEST(test_failed_batch_no_safe)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--lock-lease", "6s", "--backend-timeout", "500ms"));
+    struct h_conn *a = H_CLIENT(d, "name=alice");
+    struct h_conn *b = H_CLIENT(d, "name=bob");
+    struct h_conn *c = H_CLIENT(d, "name=carol");
+    char req[2048], lost[400] = {0};
+    const char *l;
+    int i;
+
+    /* 400 holds make two full renewal batches; bob's queue place comes last, in a third. */
+    for (i = 0; i < 400; i += 50) {
+        int n = snprintf(req, sizeof req, "LOCK");
+        for (int j = i; j < i + 50; j++)
+            n += snprintf(req + n, sizeof req - (size_t)n, " n%d", j);
+        H_REQ(a, "OK tokens=%* counts=%*", "%s", req);
+    }
+    ck_assert_int_eq(h_send(b, "LOCK n0 wait=60s"), 0);
+    ck_assert(h_wait_waiters(a, "n0", 1, 3000));
+    /* A batch that fails on Redis's side: one name's lease key is not a sorted set. */
+    free(h_redis_cmd(R->port, "SET", "dlock:{n5}:x", "wrong type", NULL));
+
+    /* A pause puts the daemon in jeopardy whatever it thinks of errors. */
+    h_redis_pause(R);
+    H_REQ(c, "ERR BACKEND%*", "LOCK zz");
+    h_redis_resume(R);
+    H_EVENT(a, "* JEOPARDY", 3000);
+    ck_assert_ptr_null(h_event(a, "* SAFE", 2 * 2000 + 500));
+
+    /* Once the key is gone the renewal finds that hold lost (and those the failing batch
+     * could not renew for a whole lease, if any), then every other hold renewed. */
+    free(h_redis_cmd(R->port, "DEL", "dlock:{n5}:x", NULL));
+    for (;;) {
+        l = h_event(a, "%*", 2000 + 3000);
+        ck_assert_msg(l != NULL, "no SAFE after the bad key was deleted");
+        if (strcmp(l, "* SAFE") == 0)
+            break;
+        ck_assert_msg(h_match(l, "* LOST n%d token=%d reason=backend") && sscanf(l, "* LOST n%d", &i) == 1 &&
+                          i >= 0 && i < 400,
+                      "event %s", l);
+        lost[i] = 1;
+    }
+    ck_assert(lost[5]);
+    for (i = 1; i < 399 && lost[i]; i++)
+        ;
+    H_REQ(a, "OK count=0", "UNLOCK n%d", i);
 }
 END_TEST
 
@@ -123,12 +244,15 @@ END_TEST
 static Suite *backend_suite(void)
 {
     Suite *s = suite_create("backend");
-    TCase *pubsub = tcase_create("pubsub");
+    TCase *errors = tcase_create("errors"), *pubsub = tcase_create("pubsub");
 
+    tcase_add_checked_fixture(errors, h_setup_redis, h_teardown);
+    tcase_add_test(errors, test_oom_is_jeopardy);
+    tcase_add_test(errors, test_failed_batch_no_safe);
     tcase_add_checked_fixture(pubsub, h_setup_both, h_teardown);
     tcase_add_test(pubsub, test_forged_grant);
     tcase_add_test(pubsub, test_lease_end_flood);
-    for (TCase **tc = (TCase *[]){pubsub, NULL}; *tc != NULL; tc++) {
+    for (TCase **tc = (TCase *[]){errors, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
         suite_add_tcase(s, *tc);
     }
