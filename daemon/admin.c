@@ -1,5 +1,5 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
- * (200 only while Redis is up and not in jeopardy) and /status (the INFO document). */
+ * (200 only while Redis is usable and not in jeopardy) and /status (the INFO document). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +28,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
-/* 200 only while holds can be kept: Redis up, and every hold renewed since the last failure. */
+/* 200 only while holds can be kept: Redis up, usable, and every hold renewed since the last failure. */
 static void on_healthz(struct evhttp_request *req, void *arg)
 {
     struct dlockd *d = arg;
@@ -38,7 +38,8 @@ static void on_healthz(struct evhttp_request *req, void *arg)
     if (ok)
         evbuffer_add_printf(body, "ok\n");
     else
-        evbuffer_add_printf(body, "backend %s: %s\n", up ? "in jeopardy" : "down", redis_error(d->redis));
+        evbuffer_add_printf(body, "backend %s: %s\n", up ? "in jeopardy" : redis_state(d->redis),
+                            redis_error(d->redis));
     reply(req, ok ? HTTP_OK : 503, ok ? "OK" : "Service Unavailable", "text/plain", body);
     evbuffer_free(body);
 }

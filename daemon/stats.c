@@ -53,7 +53,7 @@ char *stats_info_json(struct dlockd *d)
                     "version", PACKAGE_VERSION, "id", d->id, "uptime_ms", (json_int_t)(now_ms() - d->started),
                     "connections", d->nconns, "sessions", (json_int_t)dict_size(d->sessions), "holds",
                     (json_int_t)d->nholds, "waiters", (json_int_t)dict_size(d->waits), "backend",
-                    redis_up(d->redis) ? "up" : "down", "backend_error", redis_error(d->redis), "jeopardy",
+                    redis_state(d->redis), "backend_error", redis_error(d->redis), "jeopardy",
                     redis_jeopardy(d->redis), "requests", requests,
                     "grants", (json_int_t)d->stats.grants, "busy", (json_int_t)d->stats.busy, "timeouts",
                     (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",

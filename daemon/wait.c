@@ -439,7 +439,7 @@ void wait_submit(struct wait *w)
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)
-            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+            req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(d->redis));
         wait_free(w);
     }
 }
@@ -533,7 +533,7 @@ static void wait_cancel(struct wait *w)
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)
-            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+            req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(w->d->redis));
         wait_free(w);
     }
 }
