@@ -1,5 +1,5 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
- * (200 only while Redis is reachable) and /status (the INFO document). */
+ * (200 only while Redis is usable and not in jeopardy) and /status (the INFO document). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,14 +33,19 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+/* 200 only while holds can be kept: Redis up, usable, and every hold renewed since the last failure. */
 static void on_healthz(struct evhttp_request *req, void *arg)
 {
     struct dlockd *d = arg;
     struct evbuffer *body = evbuffer_new();
-    int up = redis_up(d->redis);
+    int up = redis_up(d->redis), ok = up && !redis_jeopardy(d->redis);
 
-    evbuffer_add_printf(body, "%s\n", up ? "ok" : "backend down");
-    reply(req, up ? HTTP_OK : 503, up ? "OK" : "Service Unavailable", "text/plain", body);
+    if (ok)
+        evbuffer_add_printf(body, "ok\n");
+    else
+        evbuffer_add_printf(body, "backend %s: %s\n", up ? "in jeopardy" : redis_state(d->redis),
+                            redis_error(d->redis));
+    reply(req, ok ? HTTP_OK : 503, ok ? "OK" : "Service Unavailable", "text/plain", body);
     evbuffer_free(body);
 }
 

@@ -60,7 +60,7 @@ static void latch_op(struct req *r, const char *op, long long n, long long ttl, 
     snprintf(nbuf, sizeof(nbuf), "%lld", n);
     snprintf(tbuf, sizeof(tbuf), "%lld", ttl);
     if (hold_script(r->d, SCRIPT_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg))
-        req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+        req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
 }
 
 void latch_create(struct req *r)
@@ -222,7 +222,7 @@ void latch_await(struct req *r)
         a->reading = 0;
         r->gone = NULL;
         a->req = NULL;
-        req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+        req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
         finish(a, NULL);
     }
 }

@@ -40,7 +40,7 @@ static int script_or_backend(struct op *op, enum script_id id, int nargs, const 
 {
     if (hold_script(op->req->d, id, op->nnames, op->names, nargs, args, cb, NULL, op) == 0)
         return 0;
-    req_err(op->req, PROTO_EBACKEND, "Redis is not reachable");
+    req_err(op->req, PROTO_EBACKEND, "%s", redis_unavailable(op->req->d->redis));
     free(op);
     return -1;
 }

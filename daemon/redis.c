@@ -1,10 +1,14 @@
 /* redis.c - two hiredis connections on the event loop: one runs scripts
  * (pipelined EVALSHA, reloaded on NOSCRIPT), one receives this daemon's pub/sub
- * channel. Every call has a deadline of backend-timeout; a dropped link is
- * reconnected with backoff, and sessions hear * JEOPARDY and * SAFE. */
+ * channel. The link is up only once both are authenticated, the scripts
+ * loaded and Redis's eviction policy checked; every call has a deadline of
+ * backend-timeout; any failure drops the link and reconnects with backoff,
+ * and sessions hear * JEOPARDY, then * SAFE once every hold was renewed. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include <event2/event.h>
 #include <hiredis/adapters/libevent.h>
@@ -21,20 +25,38 @@
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+#define POLICY_NEEDED "noeviction" /* any other policy may evict a hold and grant it twice */
+
+enum link_state {
+    LINK_DOWN,      /* waiting to reconnect (or closed) */
+    LINK_HANDSHAKE, /* connecting, authenticating, checking the policy, loading scripts, subscribing */
+    LINK_UP,
+};
+
+/* What the log last said about the link: a line is written only when this changes. */
+enum link_shown { SHOWN_NOTHING, SHOWN_UP, SHOWN_DOWN, SHOWN_REFUSED };
 
 struct redis {
     struct dlockd *d;
-    redisAsyncContext *ac;  /* scripts; NULL while down */
-    redisAsyncContext *sub; /* pub/sub; NULL while down */
-    int ac_ready, sub_ready;
-    int jeopardy;           /* sessions were told * JEOPARDY */
-    int backoff;            /* ms before the next reconnect */
+    redisAsyncContext *ac;    /* scripts; NULL while down */
+    redisAsyncContext *sub;   /* pub/sub; NULL while down */
+    enum link_state state;
+    int ac_ready, sub_ready;  /* the handshake of each connection is done */
+    int refused;              /* the last failure: Redis answered, but its eviction policy is not noeviction */
+    enum link_shown shown;
+    int jeopardy;             /* sessions were told * JEOPARDY */
+    int clean;                /* nothing failed since the renewal cycle started */
+    int recheck;              /* Redis went silent: renew as soon as it answers again */
+    int backoff;              /* ms before the next reconnect */
     struct event *reconnect;
-    char latch_channel[256]; /* where a latch that reaches 0 is announced */
-    int closed;              /* shutting down: no reconnects */
-    uint64_t answering_sent; /* sent time of the call whose callback runs */
-    int answering_late;      /* the callback running is a late one */
-    uint64_t trouble_at;     /* monotonic ms the link last went down or a call timed out */
+    struct deadline handshake; /* the handshake must be over by then */
+    char addr[300];            /* of Redis, for logs */
+    char error[256];           /* the last failure: why the link is down or in jeopardy */
+    char latch_channel[256];   /* where a latch that reaches 0 is announced */
+    int closed;                /* shutting down: no reconnects */
+    uint64_t answering_sent;   /* sent time of the call whose callback runs */
+    int answering_late;        /* the callback running is a late one */
+    TAILQ_HEAD(, redis_call) held; /* calls made during the first handshake, sent once it is over */
 };
 
 struct redis_call {
@@ -48,13 +70,15 @@ struct redis_call {
     struct deadline timeout;
     int argc;                 /* of the command */
     sds cmd;                  /* EVALSHA sha nkeys argv..., as sent */
+    TAILQ_ENTRY(redis_call) in_held;
 };
 
-static void link_down(struct redis *rd, const char *why);
+static void link_fail(struct redis *rd, int refused, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void on_policy(redisAsyncContext *ac, void *reply, void *privdata);
 
 int redis_up(const struct redis *rd)
 {
-    return rd->ac_ready && rd->sub_ready;
+    return rd->state == LINK_UP;
 }
 
 int redis_jeopardy(const struct redis *rd)
@@ -62,34 +86,81 @@ int redis_jeopardy(const struct redis *rd)
     return rd->jeopardy;
 }
 
+const char *redis_state(const struct redis *rd)
+{
+    if (rd->state == LINK_UP)
+        return "up";
+    return rd->refused ? "refused" : "down";
+}
+
+const char *redis_error(const struct redis *rd)
+{
+    return rd->state == LINK_UP && !rd->jeopardy ? "" : rd->error;
+}
+
+const char *redis_unavailable(const struct redis *rd)
+{
+    return rd->refused ? rd->error : "Redis is not reachable";
+}
+
 int redis_answering_late(const struct redis *rd)
 {
     return rd->answering_late;
 }
 
-int redis_trouble_since(const struct redis *rd, uint64_t ms)
+uint64_t redis_answering_sent(const struct redis *rd)
 {
-    return rd->jeopardy || rd->trouble_at >= ms;
+    return rd->answering_sent;
 }
+
+/* --- jeopardy: from any failure until a whole renewal cycle succeeds */
 
 static void enter_jeopardy(struct redis *rd)
 {
-    rd->trouble_at = now_ms();
+    rd->clean = 0;
     if (rd->jeopardy)
         return;
     rd->jeopardy = 1;
-    log_warnx("backend: in jeopardy, holds cannot be renewed");
     conn_broadcast(rd->d, "JEOPARDY");
+}
+
+/* A call failed while the link is up; silent: Redis did not answer at all. */
+static void trouble(struct redis *rd, int silent, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void trouble(struct redis *rd, int silent, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    rd->recheck |= silent;
+    if (rd->jeopardy) {
+        log_debug("backend: %s", why);
+    } else {
+        snprintf(rd->error, sizeof(rd->error), "%s", why);
+        log_warnx("backend: in jeopardy, holds may not be renewed: %s", why);
+    }
+    enter_jeopardy(rd);
+}
+
+void redis_renewing(struct redis *rd)
+{
+    rd->clean = 1;
+    if (rd->state == LINK_UP)
+        redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
 }
 
 void redis_renewed(struct redis *rd)
 {
-    if (!rd->jeopardy || !redis_up(rd))
+    if (!rd->jeopardy || rd->state != LINK_UP || !rd->clean)
         return;
     rd->jeopardy = 0;
-    log_info("backend: safe again");
+    log_info("backend: safe again, every hold renewed");
     conn_broadcast(rd->d, "SAFE");
 }
+
+/* --- replies */
 
 const char *redis_elem(const redisReply *r, size_t i, char *buf, size_t len)
 {
@@ -112,16 +183,13 @@ long long redis_elem_int(const redisReply *r, size_t i)
     return strtoll(redis_elem(r, i, buf, sizeof(buf)), NULL, 10);
 }
 
+/* --- script calls */
+
 static void call_free(struct redis_call *call)
 {
     deadline_cancel(call->rd->d->deadlines, &call->timeout);
     redisFreeSdsCommand(call->cmd);
     free(call);
-}
-
-uint64_t redis_answering_sent(const struct redis *rd)
-{
-    return rd->answering_sent;
 }
 
 static void call_answer(struct redis_call *call, redisReply *r)
@@ -137,13 +205,21 @@ static void call_answer(struct redis_call *call, redisReply *r)
     rd->answering_sent = 0;
 }
 
+/* Answers a call that was never sent: it ran nowhere, and will not. */
+static void call_drop(struct redis_call *call)
+{
+    call_answer(call, NULL);
+    if (call->late)
+        call->late(call->rd->d, NULL, call->arg);
+    call_free(call);
+}
+
 static void call_timeout(struct deadline *dl)
 {
     struct redis_call *call = container_of(dl, struct redis_call, timeout);
 
-    log_warnx("backend: %s did not answer within %lldms", scripts[call->id].name,
-              (long long)call->rd->d->cfg.backend_timeout);
-    enter_jeopardy(call->rd);
+    trouble(call->rd, 1, "%s did not answer within %lldms", scripts[call->id].name,
+            (long long)call->rd->d->cfg.backend_timeout);
     call_answer(call, NULL);
 }
 
@@ -169,6 +245,7 @@ static int resend_with_eval(struct redis_call *call)
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_call *call = privdata;
+    struct redis *rd = call->rd;
     redisReply *r = reply;
 
     (void)ac;
@@ -179,20 +256,23 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         r = NULL;
     }
     if (r && r->type == REDIS_REPLY_ERROR) {
-        log_warnx("backend: %s: %s", scripts[call->id].name, r->str);
+        /* OOM, BUSY, READONLY...: Redis is there but does not do what dlockd needs. */
+        trouble(rd, 0, "%s: %s", scripts[call->id].name, r->str);
         r = NULL;
     }
     if (!call->answered) {
         call_answer(call, r);
         if (r == NULL && call->late)
-            call->late(call->rd->d, NULL, call->arg);
+            call->late(rd->d, NULL, call->arg);
     } else if (call->late) {
-        call->rd->answering_late = 1;
-        call->late(call->rd->d, r, call->arg);
-        call->rd->answering_late = 0;
+        rd->answering_late = 1;
+        call->late(rd->d, r, call->arg);
+        rd->answering_late = 0;
     }
-    if (r && call->rd->jeopardy)
-        renew_now(call->rd->d);
+    if (r && rd->recheck && rd->jeopardy) {
+        rd->recheck = 0;
+        renew_now(rd->d);
+    }
     call_free(call);
 }
 
@@ -203,6 +283,32 @@ static int call_send(struct redis_call *call)
     return redisAsyncFormattedCommand(call->rd->ac, on_reply, call, call->cmd, sdslen(call->cmd)) == REDIS_OK ? 0 : -1;
 }
 
+/* Sends a new call and starts its backend-timeout. */
+static int call_start(struct redis_call *call)
+{
+    struct redis *rd = call->rd;
+
+    call->sent = now_us();
+    if (call_send(call))
+        return -1;
+    deadline_arm(rd->d->deadlines, &call->timeout, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
+    return 0;
+}
+
+/* Sends the calls held back by the first handshake once the link is up, or
+ * answers them when it failed: they ran nowhere. The handshake has its own
+ * deadline, so they wait no longer than backend-timeout. */
+static void release_held(struct redis *rd)
+{
+    struct redis_call *call;
+
+    while ((call = TAILQ_FIRST(&rd->held)) != NULL) {
+        TAILQ_REMOVE(&rd->held, call, in_held);
+        if (rd->state != LINK_UP || call_start(call))
+            call_drop(call);
+    }
+}
+
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg)
 {
@@ -211,7 +317,8 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     char nk[16];
     int n = argc + 3;
 
-    if (!redis_up(rd))
+    /* Requests that come while dlockd first connects wait for it; later, a link that is not up fails them at once. */
+    if (!redis_up(rd) && (rd->state != LINK_HANDSHAKE || rd->shown != SHOWN_NOTHING))
         return -1;
     if ((call = calloc(1, sizeof(*call))) == NULL || (all = malloc((size_t)n * sizeof(*all))) == NULL)
         fatalx("redis: out of memory");
@@ -222,6 +329,7 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     call->arg = arg;
     deadline_init(&call->timeout, call_timeout);
     snprintf(nk, sizeof(nk), "%d", nkeys);
+    /* Before the first SCRIPT LOAD answered (a call held by the first handshake), the body itself. */
     all[0] = scripts[id].sha[0] ? "EVALSHA" : "EVAL";
     all[1] = scripts[id].sha[0] ? scripts[id].sha : scripts[id].body;
     all[2] = nk;
@@ -231,59 +339,30 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     if (redisFormatSdsCommandArgv(&call->cmd, n, all, NULL) < 0)
         fatalx("redis: out of memory");
     free(all);
-    call->sent = now_us();
-    if (call_send(call)) {
+    if (!redis_up(rd)) {
+        TAILQ_INSERT_TAIL(&rd->held, call, in_held);
+        return 0;
+    }
+    if (call_start(call)) {
         call_free(call);
         return -1;
     }
-    deadline_arm(rd->d->deadlines, &call->timeout, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
     return 0;
 }
 
-static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
+/* --- the handshake: AUTH, the eviction policy and the scripts on one connection, AUTH and SUBSCRIBE on the other */
+
+static void link_up(struct redis *rd)
 {
-    struct script *s = privdata;
-    redisReply *r = reply;
-
-    (void)ac;
-    if (r && r->type == REDIS_REPLY_STRING && r->len == 40)
-        memcpy(s->sha, r->str, 41);
-    else if (r)
-        log_warnx("backend: SCRIPT LOAD %s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-}
-
-static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    redisReply *r = reply;
-
-    (void)ac;
-    (void)privdata;
-    if (r && r->type == REDIS_REPLY_ERROR)
-        log_warnx("backend: AUTH: %s", r->str);
-}
-
-static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    struct redis *rd = privdata;
-    redisReply *r = reply;
-
-    (void)ac;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+    if (rd->state != LINK_HANDSHAKE || !rd->ac_ready || !rd->sub_ready)
         return;
-    if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
-        return;
-    if (strcmp(r->element[1]->str, rd->latch_channel) == 0)
-        latch_on_message(rd->d, r->element[2]->str);
-    else
-        wait_on_message(rd->d, r->element[2]->str);
-}
-
-static void became_ready(struct redis *rd)
-{
-    if (!redis_up(rd))
-        return;
+    rd->state = LINK_UP;
+    rd->refused = 0;
     rd->backoff = BACKOFF_MIN_MS;
-    log_info("backend: connected");
+    deadline_cancel(rd->d->deadlines, &rd->handshake);
+    rd->shown = SHOWN_UP;
+    log_info("backend: Redis at %s is up", rd->addr);
+    release_held(rd);
     if (!rd->d->ready) {
         rd->d->ready = 1;
         notify("READY=1\nSTATUS=serving, Redis connected");
@@ -293,26 +372,116 @@ static void became_ready(struct redis *rd)
     renew_now(rd->d);
 }
 
+/* The reply of a handshake command on ac, or NULL when it is stale or the link went. */
+static redisReply *current(const redisAsyncContext *ac, void *reply)
+{
+    const struct redis *rd = ac->data;
+
+    return reply && (ac == rd->ac || ac == rd->sub) ? reply : NULL;
+}
+
+static void on_auth(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = current(ac, reply);
+
+    (void)privdata;
+    if (r && r->type == REDIS_REPLY_ERROR)
+        link_fail(ac->data, 0, "AUTH: %s", r->str);
+}
+
+/* Copies the maxmemory_policy of an INFO memory reply to out; "" when absent. */
+static void policy_of(const redisReply *r, char *out, size_t len)
+{
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "maxmemory_policy:") : NULL;
+
+    out[0] = '\0';
+    if (p) {
+        p += strlen("maxmemory_policy:");
+        snprintf(out, len, "%.*s", (int)strcspn(p, "\r\n"), p);
+    }
+}
+
+static void on_policy(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = current(ac, reply);
+    char policy[64];
+
+    (void)privdata;
+    if (r == NULL)
+        return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        link_fail(ac->data, 1, "Redis maxmemory-policy cannot be read (INFO: %s); dlockd needs " POLICY_NEEDED,
+                  r->str);
+        return;
+    }
+    policy_of(r, policy, sizeof(policy));
+    if (strcmp(policy, POLICY_NEEDED) != 0)
+        link_fail(ac->data, 1, "Redis maxmemory-policy is %s; dlockd needs " POLICY_NEEDED,
+                  policy[0] ? policy : "unknown");
+}
+
+static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis *rd = ac->data;
+    struct script *s = privdata;
+    redisReply *r = current(ac, reply);
+
+    if (r == NULL)
+        return;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        link_fail(rd, 0, "SCRIPT LOAD %s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        return;
+    }
+    memcpy(s->sha, r->str, 41);
+    if (s == &scripts[SCRIPT_COUNT - 1]) {
+        rd->ac_ready = 1;
+        link_up(rd);
+    }
+}
+
+/* Pub/sub: the confirmation of the two channels, then messages. */
+static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis *rd = privdata;
+    redisReply *r = reply;
+
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[0]->str, "subscribe") == 0 && ac == rd->sub && r->element[2]->type == REDIS_REPLY_INTEGER &&
+        r->element[2]->integer == 2) {
+        rd->sub_ready = 1;
+        link_up(rd);
+        return;
+    }
+    if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+        return;
+    if (strcmp(r->element[1]->str, rd->latch_channel) == 0)
+        latch_on_message(rd->d, r->element[2]->str);
+    else
+        wait_on_message(rd->d, r->element[2]->str);
+}
+
+static void on_handshake_late(struct deadline *dl)
+{
+    struct redis *rd = container_of(dl, struct redis, handshake);
+
+    link_fail(rd, 0, "no answer within %lldms while connecting", (long long)rd->d->cfg.backend_timeout);
+}
+
+/* --- connections */
+
 static void on_connect(const redisAsyncContext *ac, int status)
 {
     struct redis *rd = ac->data;
 
-    if (ac != rd->ac && ac != rd->sub)
+    if (status == REDIS_OK || (ac != rd->ac && ac != rd->sub))
         return;
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this callback. */
-        if (ac == rd->ac)
-            rd->ac = NULL;
-        else
-            rd->sub = NULL;
-        link_down(rd, ac->errstr);
-        return;
-    }
+    /* hiredis frees the context after this callback. */
     if (ac == rd->ac)
-        rd->ac_ready = 1;
+        rd->ac = NULL;
     else
-        rd->sub_ready = 1;
-    became_ready(rd);
+        rd->sub = NULL;
+    link_fail(rd, 0, "%s", ac->errstr);
 }
 
 static void on_disconnect(const redisAsyncContext *ac, int status)
@@ -325,18 +494,20 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
         rd->ac = NULL;
     else
         rd->sub = NULL;
-    link_down(rd, status == REDIS_OK ? "closed" : ac->errstr);
+    link_fail(rd, 0, "%s", status == REDIS_OK ? "connection closed" : ac->errstr);
 }
 
-static redisAsyncContext *open_one(struct redis *rd)
+/* Opens one connection and queues its AUTH. Returns NULL with the reason in err. */
+static redisAsyncContext *open_one(struct redis *rd, char *err, size_t len)
 {
-    const struct addr *a = &rd->d->cfg.redis;
+    const struct config *cfg = &rd->d->cfg;
+    const struct addr *a = &cfg->redis;
     redisAsyncContext *ac = a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
 
     if (ac == NULL)
         fatalx("redis: out of memory");
     if (ac->err) {
-        log_warnx("backend: connect: %s", ac->errstr);
+        snprintf(err, len, "%s", ac->errstr);
         redisAsyncFree(ac);
         return NULL;
     }
@@ -344,28 +515,29 @@ static redisAsyncContext *open_one(struct redis *rd)
     redisLibeventAttach(ac, rd->d->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    if (rd->d->cfg.redis_password)
-        redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", rd->d->cfg.redis_password);
+    if (cfg->redis_user)
+        redisAsyncCommand(ac, on_auth, NULL, "AUTH %s %s", cfg->redis_user,
+                          cfg->redis_password ? cfg->redis_password : "");
+    else if (cfg->redis_password)
+        redisAsyncCommand(ac, on_auth, NULL, "AUTH %s", cfg->redis_password);
     return ac;
 }
 
 static void connect_link(struct redis *rd)
 {
-    char channel[256];
+    char channel[256], err[256];
 
+    rd->state = LINK_HANDSHAKE;
     rd->ac_ready = rd->sub_ready = 0;
-    if ((rd->ac = open_one(rd)) == NULL) {
-        link_down(rd, "connect failed");
+    deadline_arm(rd->d->deadlines, &rd->handshake, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
+    if ((rd->ac = open_one(rd, err, sizeof(err))) == NULL || (rd->sub = open_one(rd, err, sizeof(err))) == NULL) {
+        link_fail(rd, 0, "%s", err);
         return;
     }
-    if ((rd->sub = open_one(rd)) == NULL) {
-        link_down(rd, "connect failed");
-        return;
-    }
+    redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
     for (int i = 0; i < SCRIPT_COUNT; i++)
         redisAsyncCommand(rd->ac, on_loaded, &scripts[i], "SCRIPT LOAD %s", scripts[i].body);
     snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
-    snprintf(rd->latch_channel, sizeof(rd->latch_channel), "%slatch", rd->d->cfg.key_prefix);
     redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
 }
 
@@ -376,27 +548,53 @@ static void on_reconnect(evutil_socket_t fd, short what, void *arg)
     connect_link(arg);
 }
 
-/* Drops whatever is left of the link and schedules a reconnect. */
-static void link_down(struct redis *rd, const char *why)
+/* Lets go of a connection: an up one after the replies still due (calls
+ * that get none time out), one still in its handshake at once, so that a
+ * Redis that does not answer keeps no connection per retry. */
+static void drop(redisAsyncContext *ac, int was_up)
+{
+    if (ac && was_up)
+        redisAsyncDisconnect(ac);
+    else if (ac)
+        redisAsyncFree(ac);
+}
+
+/* The one way down: drops what is left of the link and schedules a
+ * reconnect, backing off further after each failure until the link is up.
+ * refused: Redis answered, but must not be used. */
+static void link_fail(struct redis *rd, int refused, const char *fmt, ...)
 {
     redisAsyncContext *ac = rd->ac, *sub = rd->sub;
+    enum link_shown shown = refused ? SHOWN_REFUSED : SHOWN_DOWN;
+    int was_up = rd->state == LINK_UP;
     struct timeval tv;
+    va_list ap;
 
-    if (rd->closed || event_pending(rd->reconnect, EV_TIMEOUT, NULL))
+    if (rd->closed || rd->state == LINK_DOWN)
         return;
-    log_warnx("backend: link down (%s), retrying in %dms", why ? why : "?", rd->backoff);
-    notify("STATUS=Redis unreachable (%s), retrying", why ? why : "?");
+    va_start(ap, fmt);
+    vsnprintf(rd->error, sizeof(rd->error), fmt, ap);
+    va_end(ap);
+    rd->state = LINK_DOWN;
+    rd->refused = refused;
     rd->ac = rd->sub = NULL;
-    rd->ac_ready = rd->sub_ready = 0;
+    deadline_cancel(rd->d->deadlines, &rd->handshake);
+    if (shown != rd->shown) {
+        log_warnx("backend: %s Redis at %s: %s; holds cannot be renewed, retrying", refused ? "refusing" : "cannot use",
+                  rd->addr, rd->error);
+        notify("STATUS=Redis %s (%s), retrying", refused ? "refused" : "unreachable", rd->error);
+        rd->shown = shown;
+    } else {
+        log_debug("backend: Redis at %s: %s; next try in %dms", rd->addr, rd->error, rd->backoff);
+    }
     tv.tv_sec = rd->backoff / 1000;
     tv.tv_usec = (rd->backoff % 1000) * 1000;
     evtimer_add(rd->reconnect, &tv);
     rd->backoff = rd->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : rd->backoff * 2;
-    if (ac)
-        redisAsyncDisconnect(ac);
-    if (sub)
-        redisAsyncDisconnect(sub);
+    drop(ac, was_up);
+    drop(sub, was_up);
     enter_jeopardy(rd);
+    release_held(rd);
 }
 
 struct redis *redis_new(struct dlockd *d)
@@ -407,6 +605,11 @@ struct redis *redis_new(struct dlockd *d)
         fatalx("redis: out of memory");
     rd->d = d;
     rd->backoff = BACKOFF_MIN_MS;
+    TAILQ_INIT(&rd->held);
+    deadline_init(&rd->handshake, on_handshake_late);
+    config_addr_str(&d->cfg.redis, rd->addr, sizeof(rd->addr));
+    snprintf(rd->error, sizeof(rd->error), "not connected yet");
+    snprintf(rd->latch_channel, sizeof(rd->latch_channel), "%slatch", d->cfg.key_prefix);
     return rd;
 }
 
@@ -420,9 +623,11 @@ void redis_close(struct redis *rd)
     redisAsyncContext *ac = rd->ac, *sub = rd->sub;
 
     rd->closed = 1;
+    rd->state = LINK_DOWN;
     evtimer_del(rd->reconnect);
+    deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->ac = rd->sub = NULL;
-    rd->ac_ready = rd->sub_ready = 0;
+    release_held(rd);
     /* Calls still pending are answered NULL from here. */
     if (ac)
         redisAsyncFree(ac);

@@ -10,10 +10,10 @@ struct dlockd;
 
 /*
  * A script's result. r is NULL when Redis did not answer within
- * backend-timeout or the link dropped: the call may have run, or may still
- * run. Then `late`, when given, is called once more: with the real reply
- * when it comes, or with NULL when the link drops first. r is only valid
- * during the call.
+ * backend-timeout, answered with an error, or the link dropped: the call may
+ * have run, or may still run. Then `late`, when given, is called once more:
+ * with the real reply when it comes, or with NULL when none will. r is only
+ * valid during the call.
  */
 typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
 
@@ -21,17 +21,24 @@ struct redis *redis_new(struct dlockd *d);
 /* Drops the link for good; pending calls are answered NULL. */
 void redis_close(struct redis *rd);
 void redis_free(struct redis *rd);
-/* Starts connecting; reconnects with backoff whenever the link drops. */
+/* Starts connecting; reconnects with backoff whenever the link drops or Redis is refused. */
 void redis_start(struct redis *rd);
-/* 1 when both connections are up and the scripts are known. */
+/* 1 when both connections are up, authenticated, the scripts known and the eviction policy checked. */
 int redis_up(const struct redis *rd);
 /* 1 while dlockd has told sessions * JEOPARDY and not yet * SAFE. */
 int redis_jeopardy(const struct redis *rd);
+/* The link for INFO: "up", "down", or "refused" (Redis may evict keys). */
+const char *redis_state(const struct redis *rd);
+/* Why the link is not up or in jeopardy, for operators; "" when all is well. */
+const char *redis_error(const struct redis *rd);
+/* Why redis_script cannot run now, as the text of an ERR BACKEND. */
+const char *redis_unavailable(const struct redis *rd);
 
 /*
  * Runs a script with argv[0..nkeys) as KEYS and the rest as ARGV (all
- * copied). cb is called exactly once, never before this returns.
- * Returns 0, or -1 when the link is down (cb is then not called).
+ * copied). cb is called exactly once, never before this returns. While
+ * dlockd first connects, the call waits for the link (backend-timeout at
+ * most). Returns 0, or -1 when the link is not up (cb is then not called).
  */
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg);
@@ -40,9 +47,10 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 uint64_t redis_answering_sent(const struct redis *rd);
 /* 1 while a `late` callback runs: its reply came after the call timed out. */
 int redis_answering_late(const struct redis *rd);
-/* 1 when the link has been in trouble (down, or a call timed out) since ms (monotonic). */
-int redis_trouble_since(const struct redis *rd, uint64_t ms);
-/* Called by the renewal task when a renewal succeeded: ends jeopardy. */
+/* Called by the renewal task as a cycle starts: checks the eviction policy again. */
+void redis_renewing(struct redis *rd);
+/* Called by the renewal task when every call of a cycle succeeded: ends
+ * jeopardy unless something failed since the cycle started. */
 void redis_renewed(struct redis *rd);
 
 /* The string of element i of an array reply (also for integers); "" when absent. */

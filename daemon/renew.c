@@ -38,13 +38,14 @@ struct batch {
 struct cycle {
     struct dlockd *d;
     int running;
+    int again;          /* asked for while running: another cycle follows */
     struct dict *table; /* being walked; NULL when the walk is over */
     size_t cursor;      /* the next slot of table */
     struct batch *b;    /* being filled */
     char lease[24];     /* lock-lease, in ms */
     int inflight;       /* calls not yet answered */
     int sent;           /* calls sent */
-    int failed;         /* a call could not be sent */
+    int failed;         /* a call could not be sent, failed or timed out */
 };
 
 static struct cycle cycle;
@@ -63,7 +64,9 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     struct cycle *cy = &cycle;
 
     cy->inflight--;
-    if (rep) {
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+        cy->failed = 1;
+    } else {
         d->stats.renewed += (uint64_t)b->n;
         /* The reply lists the leases Redis no longer had: index (from 1), then a field we do not need. */
         for (size_t i = 0; i + 1 < rep->elements; i += 2) {
@@ -80,8 +83,6 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     }
     batch_free(b);
     fill(cy);
-    if (rep && !cy->running)
-        redis_renewed(d->redis);
 }
 
 static void flush(struct cycle *cy)
@@ -192,6 +193,18 @@ static int add_wait(const char *key, void *val, void *arg)
     return 0;
 }
 
+/* Only a cycle in which every call succeeded may end jeopardy: a hold in a
+ * batch that failed may be gone without anyone knowing. */
+static void end(struct cycle *cy)
+{
+    cy->running = 0;
+    log_debug("renew: %d calls%s", cy->sent, cy->failed ? ", some failed" : "");
+    if (!cy->failed)
+        redis_renewed(cy->d->redis);
+    if (cy->again)
+        renew_now(cy->d);
+}
+
 /* Walks on while fewer than RENEW_WINDOW calls are in flight; the cycle ends when all are answered. */
 static void fill(struct cycle *cy)
 {
@@ -204,23 +217,24 @@ static void fill(struct cycle *cy)
     }
     if (cy->table == NULL)
         flush(cy);
-    if (cy->table == NULL && cy->inflight == 0 && cy->running) {
-        cy->running = 0;
-        log_debug("renew: %d calls", cy->sent);
-    }
+    if (cy->table == NULL && cy->inflight == 0 && cy->running)
+        end(cy);
 }
 
 void renew_now(struct dlockd *d)
 {
     struct cycle *cy = &cycle;
 
-    if (!redis_up(d->redis) || cy->running)
+    if (cy->running) {
+        cy->again = 1;
+        return;
+    }
+    if (!redis_up(d->redis))
         return;
     *cy = (struct cycle){ .d = d, .running = 1, .table = d->names };
     snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
+    redis_renewing(d->redis);
     fill(cy);
-    if (cy->sent == 0 && !cy->failed)
-        redis_renewed(d->redis);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

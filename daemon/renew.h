@@ -6,7 +6,9 @@ struct dlockd;
 
 /* Arms the renewal timer, every lock-lease/3. */
 void renew_start(struct dlockd *d);
-/* Renews everything now (after a reconnect, or to end jeopardy). */
+/* Renews everything now, or as soon as the cycle running ends (after a
+ * reconnect, or to end jeopardy). Only a cycle in which every call succeeded
+ * ends jeopardy. */
 void renew_now(struct dlockd *d);
 
 #endif

@@ -147,47 +147,167 @@ static void arm_retry(struct wait *w, long long ms)
         deadline_arm(w->d->deadlines, &w->retry, now_ms() + (uint64_t)ms + 1);
 }
 
-static int has_name(const struct wait *w, const char *name)
+/* --- messages on this daemon's channel. Anyone who can PUBLISH on the Redis
+ * can send them: a grant is believed only once Redis confirms it, and no
+ * message costs a walk of every wait. */
+
+#define CONFIRMING ((void *)1)
+#define CONFIRM_AGAIN ((void *)2) /* another grant was heard meanwhile */
+
+/* Waits whose grant heard on the channel is being confirmed: wid -> CONFIRMING or CONFIRM_AGAIN. */
+static struct dict *confirming;
+
+static void confirm(struct wait *w);
+
+/* A grant that Redis does not know was forged: say so, at most once a second. */
+static void forged(const char *wid)
 {
-    for (int i = 0; i < w->nnames; i++)
-        if (strcmp(w->names[i], name) == 0)
-            return 1;
+    static uint64_t said;
+    uint64_t now = now_ms();
+
+    if (now - said < 1000) {
+        log_debug("wait %s: a forged grant was ignored", wid);
+        return;
+    }
+    said = now;
+    log_warnx("wait %s: a grant published on this daemon's channel is not in Redis: ignored (forged?)", wid);
+}
+
+static void on_confirmed(struct dlockd *d, redisReply *rep, void *arg)
+{
+    char *wid = arg, buf[32], st[16], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
+    int again = dict_del(confirming, wid) == CONFIRM_AGAIN;
+    size_t f = rep ? wait_apply_grants(d, rep) : 0;
+    struct wait *w = dict_get(d->waits, wid);
+
+    if (dict_size(confirming) == 0) {
+        dict_free(confirming);
+        confirming = NULL;
+    }
+    snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
+    snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, f, buf, sizeof(buf)));
+    snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
+    snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, f + 2, buf, sizeof(buf)));
+    if (w == NULL) {
+        /* answered meanwhile */
+    } else if (strcmp(st, "GRANTED") == 0) {
+        wait_granted(w, tokens, counts, free_permits);
+    } else if (strcmp(st, "QUEUED") == 0) {
+        forged(wid);
+        if (again)
+            confirm(w);
+    } else {
+        wait_lapsed(d, wid); /* its entry lapsed, or Redis did not say: the usual check */
+    }
+    free(wid);
+}
+
+/* Asks Redis whether w was granted, without touching its place in the queues. */
+static void confirm(struct wait *w)
+{
+    const char *args[] = { w->wid, w->hid, "check" };
+    char *wid;
+
+    if (confirming && dict_get(confirming, w->wid)) {
+        dict_set(confirming, w->wid, CONFIRM_AGAIN);
+        return;
+    }
+    wid = wid_copy(w);
+    if (hold_script(w->d, SCRIPT_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_confirmed, NULL,
+                    wid)) {
+        free(wid); /* the link is down: the renewal checks the wait when it is back */
+        return;
+    }
+    if (confirming == NULL)
+        confirming = dict_new();
+    dict_set(confirming, w->wid, CONFIRMING);
+}
+
+#define SWEEP_MS 50 /* at most one walk of the waits per SWEEP_MS for the R messages */
+
+/* Lease ends heard since the last walk of the waits, which arms them all. */
+static struct {
+    struct dlockd *d;
+    struct dict *ends;     /* name -> malloc'ed uint64_t, monotonic ms; NULL when none */
+    struct deadline sweep; /* the next walk */
+    uint64_t last;         /* monotonic ms of the last walk */
+} heard;
+
+/* Moves w's retry to the earliest end heard on its names; never later, so that a forged end delays nothing. */
+static int arm_heard(const char *key, void *val, void *arg)
+{
+    struct wait *w = val;
+    uint64_t now = *(const uint64_t *)arg, first = UINT64_MAX;
+
+    (void)key;
+    if (!w->queued)
+        return 0;
+    for (int i = 0; i < w->nnames; i++) {
+        const uint64_t *end = dict_get(heard.ends, w->names[i]);
+        if (end && *end < first)
+            first = *end;
+    }
+    if (first != UINT64_MAX && (!deadline_armed(&w->retry) || first + 1 < w->retry.when))
+        arm_retry(w, first > now ? (long long)(first - now) : 0);
     return 0;
 }
 
-struct lease_end {
-    const char *name;
-    long long ms;
-};
-
-static int arm_if_on(const char *key, void *val, void *arg)
+static int free_end(const char *key, void *val, void *arg)
 {
-    struct wait *w = val;
-    struct lease_end *le = arg;
-
     (void)key;
-    if (w->queued && has_name(w, le->name))
-        arm_retry(w, le->ms);
+    (void)arg;
+    free(val);
     return 0;
+}
+
+static void on_sweep(struct deadline *dl)
+{
+    uint64_t now = now_ms();
+
+    (void)dl;
+    heard.last = now;
+    dict_each(heard.d->waits, arm_heard, &now);
+    dict_each(heard.ends, free_end, NULL);
+    dict_free(heard.ends);
+    heard.ends = NULL;
+}
+
+/* An R message: a lease on name ends in ms; the waits on it poke then. */
+static void lease_end_heard(struct dlockd *d, const char *name, long long ms)
+{
+    uint64_t now = now_ms(), when = now + (uint64_t)(ms > 0 ? ms : 0), *end;
+
+    if (dict_size(d->waits) == 0)
+        return;
+    if (heard.ends == NULL) {
+        heard.d = d;
+        heard.ends = dict_new();
+        deadline_init(&heard.sweep, on_sweep);
+        deadline_arm(d->deadlines, &heard.sweep, heard.last + SWEEP_MS > now ? heard.last + SWEEP_MS : now);
+    }
+    if ((end = dict_get(heard.ends, name)) != NULL) {
+        if (when < *end)
+            *end = when;
+        return;
+    }
+    if ((end = malloc(sizeof(*end))) == NULL)
+        fatalx("wait: out of memory");
+    *end = when;
+    dict_set(heard.ends, name, end);
 }
 
 void wait_on_message(struct dlockd *d, const char *msg)
 {
-    char wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
-    char name[PROTO_NAME_MAX + 1];
-    struct lease_end le = { name, 0 };
+    char wid[64], name[PROTO_NAME_MAX + 1];
     struct wait *w;
-    long long left;
+    long long ms;
 
-    if (sscanf(msg, "G %63s %1535s %1535s %23s %lld", wid, tokens, counts, free_permits, &left) == 5) {
-        /* Sent before the link had trouble, the grant may have lapsed unrenewed: check it. */
-        if ((w = dict_get(d->waits, wid)) != NULL &&
-            (redis_trouble_since(d->redis, w->submitted) || grant_is_short(d, left)))
-            wait_lapsed(d, wid);
-        else if (w != NULL)
-            wait_granted(w, tokens, counts, free_permits);
-    } else if (sscanf(msg, "R %200s %lld", name, &le.ms) == 2) {
-        dict_each(d->waits, arm_if_on, &le);
+    if (sscanf(msg, "G %63s", wid) == 1) {
+        /* A cancel in flight answers GRANTED as well when it was. */
+        if ((w = dict_get(d->waits, wid)) != NULL && !w->cancelling)
+            confirm(w);
+    } else if (sscanf(msg, "R %200s %lld", name, &ms) == 2) {
+        lease_end_heard(d, name, ms);
     }
 }
 
@@ -322,7 +442,7 @@ void wait_submit(struct wait *w)
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)
-            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+            req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(d->redis));
         wait_free(w);
     }
 }
@@ -416,7 +536,7 @@ static void wait_cancel(struct wait *w)
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)
-            req_err(r, PROTO_EBACKEND, "Redis is not reachable");
+            req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(w->d->redis));
         wait_free(w);
     }
 }

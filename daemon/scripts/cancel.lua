@@ -1,11 +1,15 @@
 -- cancel.lua: takes a waiter out of the queues of its names, or says that it
--- was granted first.
--- ARGV from A: wid, hid.
--- Reply fields: CANCELLED | GRANTED tokens counts (the hold's lease starts
--- again) | GONE (its entry lapsed).
-local wid, hid = ARGV[A], ARGV[A + 1]
+-- was granted first. With "check" it only confirms a grant heard by pub/sub:
+-- a waiter still queued keeps its place.
+-- ARGV from A: wid, hid, then optionally "check".
+-- Reply fields: CANCELLED | QUEUED (check) | GRANTED tokens counts free (the
+-- hold's lease starts again) | GONE (its entry lapsed).
+local wid, hid, check = ARGV[A], ARGV[A + 1], ARGV[A + 2] == 'check'
 
 if redis.call('ZSCORE', S[1].q, wid) then
+    if check then
+        return reply('QUEUED')
+    end
     for _, s in ipairs(S) do
         dequeue(s, wid)
     end
@@ -27,4 +31,4 @@ end
 for i, s in ipairs(S) do
     redis.call('ZADD', s.x, NOW + leases[i], hid)
 end
-return reply('GRANTED', join(tokens), join(counts))
+return reply('GRANTED', join(tokens), join(counts), select(4, inspect(S[1], hid, 0)))
