@@ -10,6 +10,7 @@
 #include "latch.h"
 #include "lock.h"
 #include "log.h"
+#include "redis.h"
 #include "reqid.h"
 #include "session.h"
 
@@ -149,7 +150,10 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
     req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
-              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)r->d->cfg.lock_lease);
+              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
+    /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
+    if (redis_jeopardy(c->d->redis))
+        conn_event(c, "JEOPARDY");
 }
 
 /* HELLO session= secret=: moves the session here; the connection's own one

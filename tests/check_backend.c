@@ -284,6 +284,22 @@ START_TEST(test_redis_user)
 }
 END_TEST
 
+/* A session that attaches while dlockd is in jeopardy is told so at once: its heartbeats are
+ * answered, but they do not mean its holds are renewed. */
+START_TEST(test_jeopardy_told_on_hello)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b;
+
+    H_LOCK_NEW(a, "j");
+    h_redis_stop(R);
+    H_EVENT(a, "* JEOPARDY", 2000 + 3000);
+    b = H_CLIENT(D, "name=bob");
+    H_EVENT(b, "* JEOPARDY", 1000);
+    h_redis_restart(R);
+    H_EVENT(b, "* SAFE", 5000 + 3000);
+}
+END_TEST
+
 START_TEST(test_forged_grant)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -403,6 +419,7 @@ static Suite *backend_suite(void)
     tcase_add_test(link, test_wrong_password);
     tcase_add_test(link, test_redis_user);
     tcase_add_checked_fixture(pubsub, h_setup_both, h_teardown);
+    tcase_add_test(pubsub, test_jeopardy_told_on_hello);
     tcase_add_test(pubsub, test_forged_grant);
     tcase_add_test(pubsub, test_lease_end_flood);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
