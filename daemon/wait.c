@@ -115,13 +115,13 @@ static int grant_is_short(const struct dlockd *d, long long left)
 
 size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
 {
-    long long n = redis_elem_int(rep, 1);
+    long long n = redis_elem_int(rep, REPLY_NGRANTS);
     char buf[32], wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
 
     if (n < 0)
         n = 0;
     for (long long i = 0; i < n; i++) {
-        size_t at = (size_t)(2 + 5 * i);
+        size_t at = (size_t)(REPLY_GRANTS + REPLY_GRANT * i);
         struct wait *w;
         snprintf(wid, sizeof(wid), "%s", redis_elem(rep, at, buf, sizeof(buf)));
         if ((w = dict_get(d->waits, wid)) == NULL)
@@ -135,7 +135,7 @@ size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
         else
             wait_granted(w, tokens, counts, free_permits);
     }
-    return (size_t)(2 + 5 * n);
+    return (size_t)(REPLY_GRANTS + REPLY_GRANT * n);
 }
 
 static void arm_retry(struct wait *w, long long ms)

@@ -1,8 +1,9 @@
 -- common.lua: the data model of locks and semaphores, prepended to every
 -- script but renew.lua at build time.
 --
--- ARGV: 1 key prefix, 2 calling daemon's id, 3 number of names N,
--- 4..3+N the names, then the script's own arguments from ARGV[A].
+-- ARGV: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis time in ms,
+-- 0 for none), 4 number of names N, 5..4+N the names, then the script's own
+-- arguments from ARGV[A].
 -- KEYS: the keys below of every name, in order (declared; the scripts
 -- derive them from the names).
 --
@@ -18,17 +19,25 @@
 -- s (shared) or p (semaphore permits; count = permits held).
 -- wid = daemon id .. "." .. sequence. A hold whose daemon is "-" belongs to
 -- an expired session kept for lock-delay.
+--
+-- A script that starts after its deadline changes nothing and answers LATE.
+-- Every reply: status, Redis time (ms), the number of grants, wid tokens
+-- counts free left of each grant, then the script's own fields.
 
-local PREFIX, DAEMON = ARGV[1], ARGV[2]
+local PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local NAMES = {}
-for i = 1, tonumber(ARGV[3]) do
-    NAMES[i] = ARGV[3 + i]
+for i = 1, tonumber(ARGV[4]) do
+    NAMES[i] = ARGV[4 + i]
 end
-local A = 4 + #NAMES
+local A = 5 + #NAMES
 
 local time = redis.call('TIME')
 local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local NOW = math.floor(NOW_US / 1000)
+
+if DEADLINE > 0 and NOW > DEADLINE then
+    return { 'LATE', NOW, 0 }
+end
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = 7 * 24 * 3600 * 1000
@@ -269,11 +278,10 @@ for _, s in ipairs(S) do
     advance(s)
 end
 
--- A script's reply: status, the number of grants, wid tokens counts free left
--- of each grant, then the script's own fields. Leaves no empty waiter hash behind, and
--- no semaphore limit once nobody holds or waits.
+-- A script's reply (see the top). Leaves no empty waiter hash behind, and no
+-- semaphore limit once nobody holds or waits.
 local function reply(status, ...)
-    local r = { status, #GRANTS / 5 }
+    local r = { status, NOW, #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
         table.insert(r, g)
     end
