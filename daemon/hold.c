@@ -27,6 +27,9 @@ struct call {
     void *arg;
 };
 
+static int run(struct dlockd *d, enum script_id id, int nnames, const char *const *names, int nargs,
+               const char **args, int bounded, redis_cb *cb, redis_cb *late, void *arg);
+
 /* The Redis time after which a script sent now must not start: a quarter
  * short of backend-timeout, so its answer is in before dlockd gives up on
  * it. 0 (none) until a reply has shown Redis's clock. */
@@ -68,6 +71,22 @@ static void on_background(struct dlockd *d, redisReply *rep, void *arg)
         wait_apply_grants(d, rep);
 }
 
+/* A script stops handing a name on after a bounded number of grants: the
+ * daemon that ran it goes on, one poke at a time, until nothing more fits. */
+static void go_on(struct dlockd *d, const redisReply *rep)
+{
+    char buf[32], *names = strdup(redis_elem(rep, REPLY_MORE, buf, sizeof(buf))), *save;
+
+    if (names == NULL)
+        fatalx("hold: out of memory");
+    for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
+        const char *one = name;
+        if (run(d, SCRIPT_POKE, 1, &one, 0, NULL, 0, on_background, NULL, NULL))
+            log_warnx("backend down: '%s' is handed on by the next script on it", name);
+    }
+    free(names);
+}
+
 /* The first answer. A LATE reply changed nothing: the caller hears no answer
  * and, if it waits for a late one, that none comes. */
 static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
@@ -86,6 +105,7 @@ static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
             c->late(d, NULL, c->arg);
     } else {
         c->cb(d, rep, c->arg);
+        go_on(d, rep);
     }
     free(c);
 }
@@ -104,6 +124,8 @@ static void on_late(struct dlockd *d, redisReply *rep, void *arg)
         c->late(d, rep, c->arg);
     else if (rep)
         wait_apply_grants(d, rep);
+    if (rep)
+        go_on(d, rep);
     free(c);
 }
 

@@ -6,6 +6,108 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MANY_WAITERS 5000
+#define MANY_CONNS 10
+
+/* Sends n tagged requests "#<tag><i> <fmt with i>" on c in one write. */
+static void send_many(struct h_conn *c, const char *tag, int from, int n, const char *fmt)
+{
+    size_t cap = (size_t)n * 128, len = 0;
+    char *buf = malloc(cap);
+
+    for (int i = from; i < from + n; i++) {
+        len += (size_t)snprintf(buf + len, cap - len, "#%s%d ", tag, i);
+        len += (size_t)snprintf(buf + len, cap - len, fmt, i);
+        buf[len++] = '\n';
+    }
+    if (h_send_raw(c, buf, len) != 0)
+        H_FAIL("cannot send %d requests", n);
+    free(buf);
+}
+
+/* Expects n replies matching pattern on c (in any order), each within timeout_ms of the last. */
+static void expect_replies(struct h_conn *c, int n, const char *pattern, int timeout_ms)
+{
+    for (int i = 0; i < n; i++)
+        H_REPLY(c, pattern, timeout_ms);
+}
+
+/* 1: one UNLOCK hands a lock to 5000 queued shared waiters in scripts that
+ * each stay under 20 ms (Redis SLOWLOG), and an uninvolved lock with a 3 s
+ * lease is never lost meanwhile (its waiter is not granted). */
+START_TEST(test_handoff_in_chunks)
+{
+    struct h_conn *a, *u, *v, *c[MANY_CONNS];
+    int per = MANY_WAITERS / MANY_CONNS;
+    long long token;
+    int64_t t0;
+    char *slow;
+    const char *r;
+
+    D = h_dlockd_start(R->port, H_ARGS("--lock-lease", "3s"));
+    a = H_CLIENT(D, "name=a ttl=300s");
+    u = H_CLIENT(D, "name=uninvolved ttl=300s");
+    v = H_CLIENT(D, "name=v ttl=300s");
+    token = H_LOCK_NEW(u, "other");
+    ck_assert_int_eq(h_send(v, "#v LOCK other wait=inf"), 0);
+    H_LOCK_NEW(a, "big");
+    for (int i = 0; i < MANY_CONNS; i++) {
+        c[i] = H_CLIENT(D, "ttl=300s");
+        send_many(c[i], "w", 0, per, "LOCK big shared wait=inf owner=o%d");
+        if (!h_wait_waiters(a, "big", (long long)(i + 1) * per, 30000))
+            H_FAIL("waiters of connection %d not queued within 30 s", i);
+    }
+    free(h_redis_cmd(R->port, "CONFIG", "SET", "slowlog-log-slower-than", "20000", NULL));
+    free(h_redis_cmd(R->port, "SLOWLOG", "RESET", NULL));
+
+    t0 = h_now_ms();
+    H_REQ(a, "OK count=0", "UNLOCK big");
+    for (int i = 0; i < MANY_CONNS; i++)
+        expect_replies(c[i], per, "#w%d OK token=%d count=1", 20000);
+    printf("bounds: %d shared waiters granted in %lld ms\n", MANY_WAITERS, (long long)(h_now_ms() - t0));
+
+    slow = h_redis_cmd(R->port, "SLOWLOG", "GET", "1000", NULL);
+    ck_assert_msg(slow != NULL && strstr(slow, "EVAL") == NULL, "scripts slower than 20 ms: %.2000s",
+                  slow ? slow : "(no answer)");
+    free(slow);
+    ck_assert_ptr_null(h_reply_tag(v, "v", 0));
+    r = H_REQ(u, "OK {%*}", "STATUS other");
+    ck_assert_msg(h_json_has(r, "\"client\":\"uninvolved\"") && h_json_int(r, "token") == token,
+                  "the uninvolved lock changed hands: %s", r);
+}
+END_TEST
+
+/* 1: the daemon whose UNLOCK started a long handoff stops before it can go
+ * on: the daemon of the next waiters hears of it and hands the rest on, long
+ * before any lease could lapse (lock-lease is 30 s). */
+START_TEST(test_handoff_survives_granter)
+{
+    struct h_dlockd *d2;
+    struct h_conn *a, *c[MANY_CONNS];
+    int per = 2000 / MANY_CONNS;
+
+    D = h_dlockd_start(R->port, NULL);
+    d2 = h_dlockd_start(R->port, NULL);
+    a = H_CLIENT(D, "name=a ttl=300s");
+    H_LOCK_NEW(a, "big");
+    for (int i = 0; i < MANY_CONNS; i++) {
+        c[i] = H_CLIENT(d2, "ttl=300s");
+        send_many(c[i], "w", 0, per, "LOCK big shared wait=inf owner=o%d");
+        if (!h_wait_waiters(a, "big", (long long)(i + 1) * per, 30000))
+            H_FAIL("waiters of connection %d not queued within 30 s", i);
+    }
+    /* The UNLOCK reaches Redis, but its daemon never sees the answer. */
+    h_redis_pause(R);
+    ck_assert_int_eq(h_send(a, "UNLOCK big"), 0);
+    h_sleep_ms(200);
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0);
+    h_redis_resume(R);
+    for (int i = 0; i < MANY_CONNS; i++)
+        expect_replies(c[i], per, "#w%d OK token=%d count=1", 10000);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
+}
+END_TEST
+
 /* 7: ERR BACKEND changes nothing: an UNLOCK sent while Redis is paused past
  * backend-timeout does not run when Redis comes back, so the lock stays with
  * its holder and its waiter is not granted. */
@@ -37,10 +139,15 @@ END_TEST
 static Suite *bounds_suite(void)
 {
     Suite *s = suite_create("bounds");
-    TCase *deadline = tcase_create("deadline");
+    TCase *handoff = tcase_create("handoff"), *deadline = tcase_create("deadline");
 
+    tcase_add_checked_fixture(handoff, h_setup_redis, h_teardown);
+    tcase_set_timeout(handoff, 120);
+    tcase_add_test(handoff, test_handoff_in_chunks);
+    tcase_add_test(handoff, test_handoff_survives_granter);
     tcase_add_checked_fixture(deadline, h_setup_redis, h_teardown);
     tcase_add_test(deadline, test_backend_error_changes_nothing);
+    suite_add_tcase(s, handoff);
     suite_add_tcase(s, deadline);
     return s;
 }

@@ -16,7 +16,7 @@ elseif redis.call('EXISTS', s.h, s.q) > 0 then
 end
 local free = 0
 if limit then
-    free = select(4, inspect(s, 'p', 0))
+    free = tonumber(limit) - used(s)
 end
 local out = { kind, redis.call('ZCARD', s.q), limit or 0, free, 0 }
 local all = redis.call('HGETALL', s.h)
