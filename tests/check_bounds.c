@@ -32,6 +32,50 @@ static void expect_replies(struct h_conn *c, int n, const char *pattern, int tim
         H_REPLY(c, pattern, timeout_ms);
 }
 
+/* The keys matching pattern (KEYS: the test's Redis is small), '\n'-separated; the caller frees it. */
+static char *keys_of(int port, const char *pattern)
+{
+    char *r = h_redis_cmd(port, "KEYS", pattern, NULL);
+
+    return r ? r : strdup("");
+}
+
+/* The number of keys of dlock:* other than fencing-token counters, which keep a 7-day expiry. */
+static int keys_left(int port, char *out, size_t cap)
+{
+    char *all = keys_of(port, "dlock:*"), *save = NULL;
+    int n = 0;
+
+    out[0] = '\0';
+    for (char *k = strtok_r(all, "\n", &save); k; k = strtok_r(NULL, "\n", &save)) {
+        size_t len = strlen(k);
+        if (len >= 2 && strcmp(k + len - 2, ":t") == 0)
+            continue;
+        n++;
+        if (strlen(out) + len + 2 < cap) {
+            strcat(out, k);
+            strcat(out, " ");
+        }
+    }
+    free(all);
+    return n;
+}
+
+/* Fails unless every key of dlock:* expires by itself (PTTL > 0). Returns the number of keys. */
+static int expect_all_expire(int port)
+{
+    char *all = keys_of(port, "dlock:*"), *save = NULL;
+    int n = 0;
+
+    for (char *k = strtok_r(all, "\n", &save); k; k = strtok_r(NULL, "\n", &save), n++) {
+        long long pttl = h_redis_int(port, "PTTL", k, NULL);
+        if (pttl <= 0)
+            H_FAIL("key %s has PTTL %lld: it would stay forever", k, pttl);
+    }
+    free(all);
+    return n;
+}
+
 /* 1: one UNLOCK hands a lock to 5000 queued shared waiters in scripts that
  * each stay under 20 ms (Redis SLOWLOG), and an uninvolved lock with a 3 s
  * lease is never lost meanwhile (its waiter is not granted). */
@@ -108,6 +152,46 @@ START_TEST(test_handoff_survives_granter)
 }
 END_TEST
 
+/* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease and
+ * a margin later nothing is left of its holds, waiters, semaphore and latch. */
+START_TEST(test_keys_expire)
+{
+    struct h_conn *a, *b;
+    int64_t killed, gone = -1;
+    char left[1024];
+    int n;
+
+    D = h_dlockd_start(R->port, H_ARGS("--lock-lease", "1s"));
+    a = H_CLIENT(D, "name=a ttl=60s");
+    b = H_CLIENT(D, "name=b ttl=60s");
+    H_LOCK_NEW(a, "k1");
+    H_REQ(a, "OK tokens=%d,%d counts=1,1", "LOCK k2 k3 shared");
+    H_REQ(a, "OK token=%d held=2 free=0", "ACQUIRE sem limit=2 permits=2");
+    H_REQ(a, "OK count=2", "LATCH lt count=2 ttl=1s");
+    ck_assert_int_eq(h_send(b, "#1 LOCK k1 k2 wait=inf"), 0);
+    ck_assert_int_eq(h_send(b, "#2 ACQUIRE sem limit=2 wait=inf"), 0);
+    ck_assert(h_wait_waiters(a, "k1", 1, 5000));
+    ck_assert(h_wait_waiters(a, "sem", 1, 5000));
+    h_sleep_ms(700); /* past a renewal */
+    n = expect_all_expire(R->port);
+    ck_assert_msg(n >= 12, "only %d keys", n);
+
+    h_dlockd_kill(D);
+    killed = h_now_ms();
+    expect_all_expire(R->port);
+    while (h_now_ms() - killed < 10000) {
+        if (keys_left(R->port, left, sizeof left) == 0) {
+            gone = h_now_ms() - killed;
+            break;
+        }
+        h_sleep_ms(50);
+    }
+    ck_assert_msg(gone >= 0, "keys left 10 s after the kill: %s", left);
+    printf("bounds: keys gone %lld ms after the kill (lock-lease 1s)\n", (long long)gone);
+    ck_assert_msg(gone <= 1000 + 1000 + 1500, "keys gone only %lld ms after the kill", (long long)gone);
+}
+END_TEST
+
 /* 7: ERR BACKEND changes nothing: an UNLOCK sent while Redis is paused past
  * backend-timeout does not run when Redis comes back, so the lock stays with
  * its holder and its waiter is not granted. */
@@ -139,15 +223,18 @@ END_TEST
 static Suite *bounds_suite(void)
 {
     Suite *s = suite_create("bounds");
-    TCase *handoff = tcase_create("handoff"), *deadline = tcase_create("deadline");
+    TCase *handoff = tcase_create("handoff"), *keys = tcase_create("keys"), *deadline = tcase_create("deadline");
 
     tcase_add_checked_fixture(handoff, h_setup_redis, h_teardown);
     tcase_set_timeout(handoff, 120);
     tcase_add_test(handoff, test_handoff_in_chunks);
     tcase_add_test(handoff, test_handoff_survives_granter);
+    tcase_add_checked_fixture(keys, h_setup_redis, h_teardown);
+    tcase_add_test(keys, test_keys_expire);
     tcase_add_checked_fixture(deadline, h_setup_redis, h_teardown);
     tcase_add_test(deadline, test_backend_error_changes_nothing);
     suite_add_tcase(s, handoff);
+    suite_add_tcase(s, keys);
     suite_add_tcase(s, deadline);
     return s;
 }

@@ -20,6 +20,9 @@
 -- s (shared) or p (semaphore permits; count = permits held).
 -- wid = daemon id .. "." .. sequence. A hold whose daemon is "-" belongs to
 -- an expired session kept for lock-delay.
+-- h, x, q, w and m expire KEY_MARGIN_MS after the last lease in x ends;
+-- every script and every renewal moves that on, so the keys of a dead
+-- daemon go by themselves (t and l have expiries of their own).
 --
 -- A script that starts after its deadline changes nothing and answers LATE.
 -- Every reply: status, Redis time (ms), the names with more to hand on
@@ -43,6 +46,7 @@ end
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = 7 * 24 * 3600 * 1000
+local KEY_MARGIN_MS = 1000 -- also in renew.lua
 -- The work of one script, whatever clients queued: names granted (a waiter
 -- for several names counts each), lapsed entries purged per name, and queue
 -- entries or holds read in one go.
@@ -351,6 +355,15 @@ local function tell_waiters(s, ms, n, skip)
     end
 end
 
+-- Sets the expiry of s's keys to KEY_MARGIN_MS after the last lease in x.
+local function expire(s)
+    local last = redis.call('ZRANGE', s.x, -1, -1, 'WITHSCORES')
+    local at = num(math.max(tonumber(last[2] or NOW), NOW) + KEY_MARGIN_MS)
+    for _, key in ipairs({ s.h, s.x, s.q, s.w, s.m }) do
+        redis.call('PEXPIREAT', key, at)
+    end
+end
+
 -- The states of the request's names, purged and advanced.
 local S = {}
 for i, name in ipairs(NAMES) do
@@ -361,9 +374,10 @@ for _, s in ipairs(S) do
 end
 
 -- A script's reply (see the top). Leaves no empty waiter hash behind, and no
--- semaphore once nobody holds or waits. The daemon that ran it goes on
--- with the names that have more to hand on; the daemons of their first
--- waiters hear of it too, in case it does not live to.
+-- semaphore once nobody holds or waits; the keys of every name touched
+-- expire after their last lease. The daemon that ran it goes on with the
+-- names that have more to hand on; the daemons of their first waiters hear
+-- of it too, in case it does not live to.
 local function reply(status, ...)
     local more = {}
     for _, s in ipairs(ORDER) do
@@ -377,6 +391,7 @@ local function reply(status, ...)
             table.insert(more, s.name)
             tell_waiters(s, 0, 4, DAEMON)
         end
+        expire(s)
     end
     local r = { status, NOW, table.concat(more, ' '), #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
