@@ -192,6 +192,43 @@ START_TEST(test_keys_expire)
 }
 END_TEST
 
+/* Counts the holders listed in a STATUS reply. */
+static int holders_listed(const char *r)
+{
+    int n = 0;
+
+    for (const char *p = strstr(r, "\"session\":"); p; p = strstr(p + 1, "\"session\":"))
+        n++;
+    return n;
+}
+
+/* 6: STATUS of a name with 1000 holders answers a short line: the first
+ * holders, and how many more there are. */
+START_TEST(test_status_bounded)
+{
+    struct h_conn *a = H_CLIENT(D, "name=a");
+    const char *r;
+    int listed;
+
+    send_many(a, "h", 0, 1000, "LOCK st shared owner=owner-with-a-long-name-%04d");
+    expect_replies(a, 1000, "#h%d OK token=%d count=1", H_TIMEOUT);
+    r = H_REQ(a, "OK {%*}", "STATUS st");
+    listed = holders_listed(r);
+    ck_assert_msg(strlen(r) < 4096, "STATUS is %zu bytes", strlen(r));
+    ck_assert_msg(listed > 0 && listed <= 64, "%d holders listed", listed);
+    ck_assert_msg(h_json_int(r, "more") == 1000 - listed, "more is %lld with %d listed: %s", h_json_int(r, "more"),
+                  listed, r);
+
+    send_many(a, "p", 0, 1000, "ACQUIRE sp limit=1500 owner=o%d");
+    expect_replies(a, 1000, "#p%d OK token=%d held=1 free=%d", H_TIMEOUT);
+    r = H_REQ(a, "OK {%*}", "STATUS sp");
+    listed = holders_listed(r);
+    ck_assert_msg(h_json_int(r, "free") == 500 && h_json_int(r, "more") == 1000 - listed, "%s", r);
+    r = H_REQ(a, "OK {%*}", "STATUS nothing");
+    ck_assert(h_json_has(r, "\"holders\":[]") && h_json_int(r, "more") == 0);
+}
+END_TEST
+
 /* 7: ERR BACKEND changes nothing: an UNLOCK sent while Redis is paused past
  * backend-timeout does not run when Redis comes back, so the lock stays with
  * its holder and its waiter is not granted. */
@@ -223,7 +260,8 @@ END_TEST
 static Suite *bounds_suite(void)
 {
     Suite *s = suite_create("bounds");
-    TCase *handoff = tcase_create("handoff"), *keys = tcase_create("keys"), *deadline = tcase_create("deadline");
+    TCase *handoff = tcase_create("handoff"), *keys = tcase_create("keys"), *status = tcase_create("status"),
+          *deadline = tcase_create("deadline");
 
     tcase_add_checked_fixture(handoff, h_setup_redis, h_teardown);
     tcase_set_timeout(handoff, 120);
@@ -231,10 +269,13 @@ static Suite *bounds_suite(void)
     tcase_add_test(handoff, test_handoff_survives_granter);
     tcase_add_checked_fixture(keys, h_setup_redis, h_teardown);
     tcase_add_test(keys, test_keys_expire);
+    tcase_add_checked_fixture(status, h_setup_both, h_teardown);
+    tcase_add_test(status, test_status_bounded);
     tcase_add_checked_fixture(deadline, h_setup_redis, h_teardown);
     tcase_add_test(deadline, test_backend_error_changes_nothing);
     suite_add_tcase(s, handoff);
     suite_add_tcase(s, keys);
+    suite_add_tcase(s, status);
     suite_add_tcase(s, deadline);
     return s;
 }
