@@ -50,14 +50,22 @@ static int script_or_backend(struct op *op, enum script_id id, int nargs, const 
     return -1;
 }
 
-/* Checks the limits that apply before asking Redis. Returns 0, or -1 after replying. */
+/* Checks the limits that apply before asking Redis. The names of a
+ * session's waits count as holds already, so no grant can pass max-holds.
+ * Returns 0, or -1 after replying. */
 static int within_limits(struct req *r, struct session *s)
 {
     struct dlockd *d = r->d;
+    int n = r->pr.nnames;
 
-    if (s->nholds + r->pr.nnames > d->cfg.max_holds) {
-        req_err(r, PROTO_ELIMIT, "session has %d holds, max-holds is %lld", s->nholds,
-                (long long)d->cfg.max_holds);
+    if (s->nholds + s->nreserved + n > d->cfg.max_holds) {
+        req_err(r, PROTO_ELIMIT, "session has %d holds and waits for %d more, max-holds is %lld", s->nholds,
+                s->nreserved, (long long)d->cfg.max_holds);
+        return -1;
+    }
+    if ((int64_t)(d->nholds + d->nreserved) + n > d->cfg.max_holds_total) {
+        req_err(r, PROTO_ELIMIT, "this server has %llu holds and waits for %llu more, max-holds-total is %lld",
+                (unsigned long long)d->nholds, (unsigned long long)d->nreserved, (long long)d->cfg.max_holds_total);
         return -1;
     }
     if (r->pr.wait_ms != 0 && (int64_t)dict_size(d->waits) >= d->cfg.max_waiters) {

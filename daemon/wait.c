@@ -27,13 +27,34 @@ static char *wid_copy(const struct wait *w)
     return wid;
 }
 
+/* Adds w to s, and counts the names it may still be granted. */
+static void wait_attach(struct wait *w, struct session *s)
+{
+    w->s = s;
+    TAILQ_INSERT_TAIL(&s->waits, w, in_session);
+    s->nreserved += w->nnames;
+    w->d->nreserved += (uint64_t)w->nnames;
+}
+
+/* Takes w from its session: a wait without one makes no hold. */
+static void wait_detach(struct wait *w)
+{
+    struct session *s = w->s;
+
+    if (s == NULL)
+        return;
+    TAILQ_REMOVE(&s->waits, w, in_session);
+    s->nreserved -= w->nnames;
+    w->d->nreserved -= (uint64_t)w->nnames;
+    w->s = NULL;
+}
+
 static void wait_free(struct wait *w)
 {
     struct dlockd *d = w->d;
 
     dict_del(d->waits, w->wid);
-    if (w->s)
-        TAILQ_REMOVE(&w->s->waits, w, in_session);
+    wait_detach(w);
     if (w->req)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
@@ -434,10 +455,7 @@ static void wait_abandon(struct wait *w)
 {
     struct req *r = wait_take_req(w);
 
-    if (w->s) {
-        TAILQ_REMOVE(&w->s->waits, w, in_session);
-        w->s = NULL;
-    }
+    wait_detach(w);
     if (r)
         req_drop(r);
     w->abandoned = 1;
@@ -516,7 +534,6 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     w->d = d;
     w->kind = kind;
     w->req = r;
-    w->s = s;
     w->lease = pr->lease_ms;
     w->wait_ms = pr->wait_ms;
     w->k = kind == WAIT_SEM ? pr->permits : 1;
@@ -531,7 +548,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)
         deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
-    TAILQ_INSERT_TAIL(&s->waits, w, in_session);
+    wait_attach(w, s);
     r->gone = on_req_gone;
     r->quit = on_req_quit;
     r->ctx = w;

@@ -152,6 +152,51 @@ START_TEST(test_handoff_survives_granter)
 }
 END_TEST
 
+/* 2: the names a session waits for count against max-holds when it asks,
+ * so a grant never takes it past the limit. */
+START_TEST(test_max_holds_counts_waits)
+{
+    struct h_conn *s, *t;
+
+    D = h_dlockd_start(R->port, H_ARGS("--max-holds", "2"));
+    s = H_CLIENT(D, "name=s");
+    t = H_CLIENT(D, "name=t");
+    H_LOCK_NEW(t, "mh1");
+    H_LOCK_NEW(t, "mh2");
+    H_LOCK_NEW(s, "mh0");
+    ck_assert_int_eq(h_send(s, "#1 LOCK mh1 wait=inf"), 0);
+    ck_assert(h_wait_waiters(t, "mh1", 1, 5000));
+    H_REQ(s, "#2 ERR LIMIT %*max-holds is 2", "#2 LOCK mh2 wait=inf");
+    H_REQ(s, "ERR LIMIT %*max-holds is 2", "LOCK mh3");
+    H_REQ(t, "OK count=0", "UNLOCK mh1");
+    H_REPLY(s, "#1 OK token=%d count=1", H_TIMEOUT);
+    H_REQ(t, "OK count=0", "UNLOCK mh2");
+    H_REQ(s, "ERR LIMIT %*max-holds is 2", "LOCK mh2");
+}
+END_TEST
+
+/* 2: max-holds-total bounds the holds of all sessions of a daemon, the names they wait for included. */
+START_TEST(test_max_holds_total)
+{
+    struct h_conn *s1, *s2;
+
+    D = h_dlockd_start(R->port, H_ARGS("--max-holds", "3", "--max-holds-total", "4"));
+    s1 = H_CLIENT(D, "name=s1");
+    s2 = H_CLIENT(D, "name=s2");
+    H_REQ(s1, "OK tokens=%d,%d,%d counts=1,1,1", "LOCK ta tb tc");
+    H_LOCK_NEW(s2, "td");
+    H_REQ(s2, "ERR LIMIT %*max-holds-total is 4", "LOCK te");
+    H_REQ(s2, "OK count=0", "UNLOCK td");
+    ck_assert_int_eq(h_send(s2, "#1 LOCK ta wait=inf"), 0);
+    ck_assert(h_wait_waiters(s1, "ta", 1, 5000));
+    H_REQ(s2, "ERR LIMIT %*max-holds-total is 4", "LOCK tf");
+    H_REQ(s1, "OK count=0", "UNLOCK ta");
+    H_REPLY(s2, "#1 OK token=%d count=1", H_TIMEOUT);
+    H_LOCK_NEW(s2, "tf");
+    H_REQ(s2, "ERR LIMIT %*max-holds-total is 4", "ACQUIRE tg limit=1");
+}
+END_TEST
+
 /* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease and
  * a margin later nothing is left of its holds, waiters, semaphore and latch. */
 START_TEST(test_keys_expire)
@@ -260,13 +305,16 @@ END_TEST
 static Suite *bounds_suite(void)
 {
     Suite *s = suite_create("bounds");
-    TCase *handoff = tcase_create("handoff"), *keys = tcase_create("keys"), *status = tcase_create("status"),
-          *deadline = tcase_create("deadline");
+    TCase *handoff = tcase_create("handoff"), *limits = tcase_create("limits"), *keys = tcase_create("keys"),
+          *status = tcase_create("status"), *deadline = tcase_create("deadline");
 
     tcase_add_checked_fixture(handoff, h_setup_redis, h_teardown);
     tcase_set_timeout(handoff, 120);
     tcase_add_test(handoff, test_handoff_in_chunks);
     tcase_add_test(handoff, test_handoff_survives_granter);
+    tcase_add_checked_fixture(limits, h_setup_redis, h_teardown);
+    tcase_add_test(limits, test_max_holds_counts_waits);
+    tcase_add_test(limits, test_max_holds_total);
     tcase_add_checked_fixture(keys, h_setup_redis, h_teardown);
     tcase_add_test(keys, test_keys_expire);
     tcase_add_checked_fixture(status, h_setup_both, h_teardown);
@@ -274,6 +322,7 @@ static Suite *bounds_suite(void)
     tcase_add_checked_fixture(deadline, h_setup_redis, h_teardown);
     tcase_add_test(deadline, test_backend_error_changes_nothing);
     suite_add_tcase(s, handoff);
+    suite_add_tcase(s, limits);
     suite_add_tcase(s, keys);
     suite_add_tcase(s, status);
     suite_add_tcase(s, deadline);
