@@ -12,6 +12,7 @@
 #include "hold.h"
 #include "latch.h"
 #include "log.h"
+#include "session.h"
 #include "wait.h"
 
 #define LATCH_TTL_DEFAULT (24LL * 3600 * 1000)
@@ -21,6 +22,8 @@ struct awaiter {
     struct req *req;           /* NULL once answered */
     struct awaiters *list;     /* NULL once out of it */
     int reading;               /* the read script is in flight */
+    int counted;               /* it counts as a wait of its session and of this daemon */
+    char sid[DLOCKD_ID_LEN + 1]; /* its session */
     struct deadline timeout;
     TAILQ_ENTRY(awaiter) link;
 };
@@ -91,6 +94,17 @@ static void leave_list(struct awaiter *a)
     }
 }
 
+/* Counts delta waits of a's session (if it still lives) and of this daemon. */
+static void count_wait(struct awaiter *a, int delta)
+{
+    struct session *s = session_find(a->d, a->sid);
+
+    if (s)
+        s->nwaits += delta;
+    a->d->nwaiting += (uint64_t)(int64_t)delta;
+    a->counted = delta > 0;
+}
+
 /* Answers the awaiter (if anyone still waits) and frees it once no script holds it. */
 static void finish(struct awaiter *a, const char *status)
 {
@@ -99,6 +113,8 @@ static void finish(struct awaiter *a, const char *status)
     a->req = NULL;
     leave_list(a);
     deadline_cancel(a->d->deadlines, &a->timeout);
+    if (a->counted)
+        count_wait(a, -1);
     if (r) {
         r->gone = NULL;
         if (status)
@@ -194,9 +210,11 @@ void latch_await(struct req *r)
     struct dlockd *d = r->d;
     const char *name = r->pr.names[0];
     struct awaiters *list = dict_get(d->latches, name);
-    struct awaiter *a = calloc(1, sizeof(*a));
+    struct awaiter *a;
 
-    if (a == NULL)
+    if (wait_within_limits(r, req_session(r)))
+        return;
+    if ((a = calloc(1, sizeof(*a))) == NULL)
         fatalx("latch: out of memory");
     if (list == NULL) {
         if ((list = calloc(1, sizeof(*list))) == NULL)
@@ -211,6 +229,9 @@ void latch_await(struct req *r)
     a->req = r;
     a->list = list;
     a->reading = 1;
+    memcpy(a->sid, r->sid, sizeof(a->sid));
+    if (r->pr.wait_ms != 0)
+        count_wait(a, 1);
     TAILQ_INSERT_TAIL(&list->head, a, link);
     deadline_init(&a->timeout, on_timeout);
     if (r->pr.wait_ms > 0)

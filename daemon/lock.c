@@ -8,7 +8,6 @@
 
 #include "conn.h"
 #include "deadlock.h"
-#include "dict.h"
 #include "dlockd.h"
 #include "hold.h"
 #include "lock.h"
@@ -68,11 +67,7 @@ static int within_limits(struct req *r, struct session *s)
                 (unsigned long long)d->nholds, (unsigned long long)d->nreserved, (long long)d->cfg.max_holds_total);
         return -1;
     }
-    if (r->pr.wait_ms != 0 && (int64_t)dict_size(d->waits) >= d->cfg.max_waiters) {
-        req_err(r, PROTO_ELIMIT, "max-waiters (%lld) reached", (long long)d->cfg.max_waiters);
-        return -1;
-    }
-    return 0;
+    return wait_within_limits(r, s);
 }
 
 void lock_lock(struct req *r)

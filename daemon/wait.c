@@ -27,12 +27,13 @@ static char *wid_copy(const struct wait *w)
     return wid;
 }
 
-/* Adds w to s, and counts the names it may still be granted. */
+/* Adds w to s, and counts what it may still be granted and whether it may wait. */
 static void wait_attach(struct wait *w, struct session *s)
 {
     w->s = s;
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
     s->nreserved += w->nnames;
+    s->nwaits += w->wait_ms != 0;
     w->d->nreserved += (uint64_t)w->nnames;
 }
 
@@ -45,6 +46,7 @@ static void wait_detach(struct wait *w)
         return;
     TAILQ_REMOVE(&s->waits, w, in_session);
     s->nreserved -= w->nnames;
+    s->nwaits -= w->wait_ms != 0;
     w->d->nreserved -= (uint64_t)w->nnames;
     w->s = NULL;
 }
@@ -55,6 +57,7 @@ static void wait_free(struct wait *w)
 
     dict_del(d->waits, w->wid);
     wait_detach(w);
+    d->nwaiting -= w->wait_ms != 0;
     if (w->req)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
@@ -207,6 +210,25 @@ void wait_on_message(struct dlockd *d, const char *msg)
     } else if (sscanf(msg, "R %200s %lld", name, &le.ms) == 2) {
         dict_each(d->waits, arm_if_on, &le);
     }
+}
+
+int wait_within_limits(struct req *r, const struct session *s)
+{
+    struct dlockd *d = r->d;
+
+    if (r->pr.wait_ms == 0)
+        return 0;
+    if (s->nwaits >= d->cfg.max_waits) {
+        req_err(r, PROTO_ELIMIT, "session has %d waiting requests, max-waits is %lld", s->nwaits,
+                (long long)d->cfg.max_waits);
+        return -1;
+    }
+    if ((int64_t)d->nwaiting >= d->cfg.max_waiters) {
+        req_err(r, PROTO_ELIMIT, "this server has %llu waiting requests, max-waiters is %lld",
+                (unsigned long long)d->nwaiting, (long long)d->cfg.max_waiters);
+        return -1;
+    }
+    return 0;
 }
 
 /* --- the script that grants, refuses or queues */
@@ -549,6 +571,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     if (w->wait_ms > 0)
         deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
     wait_attach(w, s);
+    d->nwaiting += w->wait_ms != 0;
     r->gone = on_req_gone;
     r->quit = on_req_quit;
     r->ctx = w;

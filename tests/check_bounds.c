@@ -197,6 +197,39 @@ START_TEST(test_max_holds_total)
 }
 END_TEST
 
+/* 3: max-waits bounds the LOCK, ACQUIRE and AWAIT requests of one session
+ * that wait; max-waiters counts AWAIT too. */
+START_TEST(test_wait_limits)
+{
+    struct h_conn *h, *s, *t, *u;
+
+    D = h_dlockd_start(R->port, H_ARGS("--max-waits", "2", "--max-waiters", "3"));
+    h = H_CLIENT(D, "name=h");
+    s = H_CLIENT(D, "name=s");
+    t = H_CLIENT(D, "name=t");
+    u = H_CLIENT(D, "name=u");
+    H_LOCK_NEW(h, "wl");
+    H_REQ(h, "OK count=1", "LATCH wa count=1");
+    H_REQ(h, "OK token=%d held=1 free=0", "ACQUIRE ws limit=1");
+    ck_assert_int_eq(h_send(s, "#1 LOCK wl wait=inf"), 0);
+    ck_assert_int_eq(h_send(s, "#2 AWAIT wa wait=inf"), 0);
+    ck_assert(h_wait_waiters(h, "wl", 1, 5000));
+    H_REQ(s, "#3 ERR LIMIT %*max-waits is 2", "#3 ACQUIRE ws limit=1 wait=inf");
+    H_REQ(s, "#4 ERR LIMIT %*max-waits is 2", "#4 AWAIT wa wait=10s");
+    /* Requests that do not wait do not count. */
+    H_REQ(s, "BUSY holder=h ttl=%d", "LOCK wl");
+    H_REQ(s, "TIMEOUT", "AWAIT wa");
+    ck_assert_int_eq(h_send(t, "#5 AWAIT wa wait=inf"), 0);
+    H_REQ(t, "OK", "PING");
+    H_REQ(u, "#6 ERR LIMIT %*max-waiters is 3", "#6 AWAIT wa wait=10s");
+    H_REQ(u, "#7 ERR LIMIT %*max-waiters is 3", "#7 LOCK wl wait=10s");
+    H_REQ(h, "OK count=0", "COUNTDOWN wa");
+    H_REPLY(s, "#2 OK", H_TIMEOUT);
+    H_REPLY(t, "#5 OK", H_TIMEOUT);
+    H_REQ(u, "TIMEOUT", "LOCK wl wait=100ms");
+}
+END_TEST
+
 /* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease and
  * a margin later nothing is left of its holds, waiters, semaphore and latch. */
 START_TEST(test_keys_expire)
@@ -315,6 +348,7 @@ static Suite *bounds_suite(void)
     tcase_add_checked_fixture(limits, h_setup_redis, h_teardown);
     tcase_add_test(limits, test_max_holds_counts_waits);
     tcase_add_test(limits, test_max_holds_total);
+    tcase_add_test(limits, test_wait_limits);
     tcase_add_checked_fixture(keys, h_setup_redis, h_teardown);
     tcase_add_test(keys, test_keys_expire);
     tcase_add_checked_fixture(status, h_setup_both, h_teardown);
