@@ -40,6 +40,7 @@ struct dlockd {
     uint64_t nholds;            /* holds of all sessions */
     uint64_t nreserved;         /* names that waits here may still be granted (wait.c) */
     uint64_t nwaiting;          /* LOCK, ACQUIRE and AWAIT requests that may wait (wait.c, latch.c) */
+    uint64_t nlatches;          /* latches created here that have not ended (latch.c) */
     int64_t redis_offset;       /* Redis time minus monotonic ms, a lower bound (hold.c) */
     uint64_t redis_offset_at;   /* monotonic ms it was last learnt; 0 before the first reply */
     struct dict *latches;       /* name -> struct awaiters of a latch */

@@ -27,6 +27,7 @@ struct session {
     int nholds;
     int nreserved;                /* names its waits may still be granted (wait.c) */
     int nwaits;                   /* its LOCK, ACQUIRE and AWAIT requests that may wait (wait.c, latch.c) */
+    int nlatches;                 /* latches it created that have not ended (latch.c) */
     int hello;                    /* opened or named by HELLO: its end is logged */
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
     TAILQ_HEAD(, idrec) idlist;   /* oldest first */

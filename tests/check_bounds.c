@@ -230,6 +230,62 @@ START_TEST(test_wait_limits)
 }
 END_TEST
 
+/* 4: latches created by a session, and by a daemon, that have not ended are bounded. */
+START_TEST(test_latch_limits)
+{
+    struct h_dlockd *d2;
+    struct h_conn *s, *t, *o;
+
+    D = h_dlockd_start(R->port, H_ARGS("--max-latches", "2", "--max-latches-total", "3"));
+    d2 = h_dlockd_start(R->port, NULL);
+    s = H_CLIENT(D, "name=s");
+    t = H_CLIENT(D, "name=t");
+    o = H_CLIENT(d2, "name=other");
+    H_REQ(s, "OK count=1", "LATCH l1 count=1");
+    H_REQ(s, "OK count=1", "LATCH l2 count=1");
+    H_REQ(s, "ERR LIMIT %*max-latches is 2", "LATCH l3 count=1");
+    /* Counted down here, or through another daemon: the latch has ended. */
+    H_REQ(s, "OK count=0", "COUNTDOWN l1");
+    H_REQ(s, "OK count=1", "LATCH l3 count=1");
+    H_REQ(s, "ERR LIMIT %*max-latches is 2", "LATCH l4 count=1");
+    H_REQ(o, "OK count=0", "COUNTDOWN l2");
+    for (int i = 0; i < 100; i++) { /* the end of l2 comes by pub/sub */
+        const char *r = H_REQ(s, "%*", "LATCH l4 count=1");
+        if (h_match(r, "OK count=1"))
+            break;
+        ck_assert_msg(h_match(r, "ERR LIMIT %*"), "LATCH l4: %s", r);
+        h_sleep_ms(20);
+    }
+    /* s has l3 and l4: the daemon one more, then its ttl ends it. */
+    H_REQ(t, "OK count=1", "LATCH l5 count=1 ttl=500ms");
+    H_REQ(t, "ERR LIMIT %*max-latches-total is 3", "LATCH l6 count=1");
+    h_sleep_ms(800);
+    H_REQ(t, "OK count=1", "LATCH l6 count=1");
+    /* An existing latch is not created again, and does not count. */
+    H_REQ(o, "OK count=1", "LATCH l7 count=1");
+    H_REQ(t, "ERR LIMIT %*max-latches-total is 3", "LATCH l7 count=1");
+    H_REQ(s, "OK count=0", "COUNTDOWN l3");
+    H_REQ(t, "OK count=1", "LATCH l7 count=5");
+    H_REQ(t, "OK count=1", "LATCH l8 count=1");
+    H_REQ(t, "OK count=0", "COUNTDOWN l8");
+}
+END_TEST
+
+/* 4: a latch lives at most 7 days, whatever its ttl= says. */
+START_TEST(test_latch_ttl_cap)
+{
+    struct h_conn *s;
+    long long pttl;
+
+    D = h_dlockd_start(R->port, NULL);
+    s = H_CLIENT(D, "name=s");
+    H_REQ(s, "OK count=1", "LATCH cap count=1 ttl=500h");
+    pttl = h_redis_int(R->port, "PTTL", "dlock:{cap}:l", NULL);
+    ck_assert_msg(pttl > 7LL * 24 * 3600 * 1000 - 60000 && pttl <= 7LL * 24 * 3600 * 1000,
+                  "latch PTTL %lld, expected 7 days", pttl);
+}
+END_TEST
+
 /* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease and
  * a margin later nothing is left of its holds, waiters, semaphore and latch. */
 START_TEST(test_keys_expire)
@@ -349,6 +405,8 @@ static Suite *bounds_suite(void)
     tcase_add_test(limits, test_max_holds_counts_waits);
     tcase_add_test(limits, test_max_holds_total);
     tcase_add_test(limits, test_wait_limits);
+    tcase_add_test(limits, test_latch_limits);
+    tcase_add_test(limits, test_latch_ttl_cap);
     tcase_add_checked_fixture(keys, h_setup_redis, h_teardown);
     tcase_add_test(keys, test_keys_expire);
     tcase_add_checked_fixture(status, h_setup_both, h_teardown);
