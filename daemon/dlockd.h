@@ -42,6 +42,11 @@ struct dlockd {
     struct deadlock *deadlock;  /* the waits of each owner: the wait-for graph */
     struct dict *names;         /* name -> struct lname: the holds, by name */
     uint64_t nholds;            /* holds of all sessions */
+    uint64_t nreserved;         /* names that waits here may still be granted (wait.c) */
+    uint64_t nwaiting;          /* LOCK, ACQUIRE and AWAIT requests that may wait (wait.c, latch.c) */
+    uint64_t nlatches;          /* latches created here that have not ended (latch.c) */
+    int64_t redis_offset;       /* Redis time minus monotonic ms, a lower bound (hold.c) */
+    uint64_t redis_offset_at;   /* monotonic ms it was last learnt; 0 before the first reply */
     struct dict *latches;       /* name -> struct awaiters of a latch */
     struct idrec_list ids;      /* remembered id= replies of all sessions, oldest first (reqid.c) */
     int64_t nids;               /* in ids */

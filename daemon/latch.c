@@ -1,6 +1,8 @@
 /* latch.c - count-down latches. The count lives in Redis; an AWAIT registers
  * here before it reads the count, and the script that counts down to 0
- * announces it to every daemon, so no awaiter polls or misses the moment. */
+ * announces it to every daemon, so no awaiter polls or misses the moment.
+ * The latches created through this daemon are remembered until they end,
+ * for max-latches and max-latches-total. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,32 +14,110 @@
 #include "hold.h"
 #include "latch.h"
 #include "log.h"
+#include "session.h"
 #include "wait.h"
 
 #define LATCH_TTL_DEFAULT (24LL * 3600 * 1000)
+#define LATCH_TTL_MAX (7LL * 24 * 3600 * 1000)
 
 struct awaiter {
     struct dlockd *d;
     struct req *req;           /* NULL once answered */
-    struct awaiters *list;     /* NULL once out of it */
+    struct latch *latch;       /* NULL once out of its list */
     int reading;               /* the read script is in flight */
+    int counted;               /* it counts as a wait of its session and of this daemon */
+    char sid[DLOCKD_ID_LEN + 1]; /* its session */
     struct deadline timeout;
     TAILQ_ENTRY(awaiter) link;
 };
 
-/* The awaiters of one latch on this daemon. */
-struct awaiters {
+/* What this daemon knows of one latch: the AWAITs for it here, and the
+ * session here that created it. It lives while it has either. */
+struct latch {
     struct dlockd *d;
     TAILQ_HEAD(, awaiter) head;
-    struct deadline lapse;     /* when the latch's ttl runs out: read it again */
+    struct deadline lapse;     /* awaiters: when the latch's ttl runs out, read it again */
+    struct deadline ends;      /* created here: when its ttl runs out */
+    char creator[DLOCKD_ID_LEN + 1]; /* that session's id; "" when not created here */
     char name[PROTO_NAME_MAX + 1];
 };
 
-static void watch_lapse(struct awaiters *list, long long ttl);
+static void watch_lapse(struct latch *l, long long ttl);
+static void on_lapse(struct deadline *dl);
+static void on_ends(struct deadline *dl);
+
+static struct latch *latch_get(struct dlockd *d, const char *name)
+{
+    struct latch *l = dict_get(d->latches, name);
+
+    if (l != NULL)
+        return l;
+    if ((l = calloc(1, sizeof(*l))) == NULL)
+        fatalx("latch: out of memory");
+    l->d = d;
+    TAILQ_INIT(&l->head);
+    deadline_init(&l->lapse, on_lapse);
+    deadline_init(&l->ends, on_ends);
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    dict_set(d->latches, name, l);
+    return l;
+}
+
+/* Frees l once it has neither awaiters nor a creator. */
+static void latch_put(struct latch *l)
+{
+    if (!TAILQ_EMPTY(&l->head) || l->creator[0])
+        return;
+    deadline_cancel(l->d->deadlines, &l->lapse);
+    dict_del(l->d->latches, l->name);
+    free(l);
+}
+
+/* Counts delta latches created by session sid (if it still lives) and by this daemon. */
+static void count_created(struct dlockd *d, const char *sid, int delta)
+{
+    struct session *s = session_find(d, sid);
+
+    if (s)
+        s->nlatches += delta;
+    d->nlatches += (uint64_t)(int64_t)delta;
+}
+
+/* The latch created here has ended (0, or its ttl ran out): it counts no more. */
+static void forget_creator(struct latch *l)
+{
+    if (l->creator[0] == '\0')
+        return;
+    count_created(l->d, l->creator, -1);
+    l->creator[0] = '\0';
+    deadline_cancel(l->d->deadlines, &l->ends);
+}
+
+static void on_ends(struct deadline *dl)
+{
+    struct latch *l = container_of(dl, struct latch, ends);
+
+    forget_creator(l);
+    latch_put(l);
+}
+
+/* Session sid created the latch name, which lives ttl ms: the count it
+ * reserved stays with the latch. A record left from an earlier latch of
+ * that name (whose end was not heard) gives way. */
+static void remember(struct dlockd *d, const char *name, const char *sid, long long ttl)
+{
+    struct latch *l = latch_get(d, name);
+
+    if (l->creator[0])
+        count_created(d, l->creator, -1);
+    snprintf(l->creator, sizeof(l->creator), "%s", sid);
+    deadline_arm(d->deadlines, &l->ends, now_ms() + (uint64_t)(ttl > 0 ? ttl : 0));
+}
 
 static void on_count(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct req *r = arg;
+    struct latch *l;
     char buf[32];
     size_t f;
 
@@ -46,10 +126,29 @@ static void on_count(struct dlockd *d, redisReply *rep, void *arg)
         return;
     }
     f = wait_apply_grants(d, rep);
-    if (strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "WRONGTYPE") == 0)
+    if (strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "WRONGTYPE") == 0) {
         req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", r->pr.names[0]);
+        return;
+    }
+    if (redis_elem_int(rep, f) == 0 && (l = dict_get(d->latches, r->pr.names[0])) != NULL) {
+        forget_creator(l);
+        latch_put(l);
+    }
+    req_reply(r, "OK", "count=%lld", redis_elem_int(rep, f));
+}
+
+/* LATCH's answer: a latch it made keeps the count reserved for it, else the count is given back. */
+static void on_create(struct dlockd *d, redisReply *rep, void *arg)
+{
+    struct req *r = arg;
+    char buf[32];
+    size_t f = REPLY_GRANTS + REPLY_GRANT * (size_t)(rep ? redis_elem_int(rep, REPLY_NGRANTS) : 0);
+
+    if (rep && strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "OK") == 0 && redis_elem_int(rep, f + 2) == 1)
+        remember(d, r->pr.names[0], r->sid, redis_elem_int(rep, f + 1));
     else
-        req_reply(r, "OK", "count=%lld", redis_elem_int(rep, f));
+        count_created(d, r->sid, -1);
+    on_count(d, rep, arg);
 }
 
 static void latch_op(struct req *r, const char *op, long long n, long long ttl, redis_cb *cb, void *arg)
@@ -59,14 +158,32 @@ static void latch_op(struct req *r, const char *op, long long n, long long ttl, 
 
     snprintf(nbuf, sizeof(nbuf), "%lld", n);
     snprintf(tbuf, sizeof(tbuf), "%lld", ttl);
-    if (hold_script(r->d, SCRIPT_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg))
-        req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
+    if (hold_script(r->d, SCRIPT_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg) == 0)
+        return;
+    if (cb == on_create)
+        count_created(r->d, r->sid, -1);
+    req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
 }
 
+/* A LATCH counts against max-latches and max-latches-total from when it is sent. */
 void latch_create(struct req *r)
 {
-    latch_op(r, "create", (long long)r->pr.count, (r->pr.has & PROTO_O_TTL) ? (long long)r->pr.ttl_ms : LATCH_TTL_DEFAULT,
-             on_count, r);
+    struct dlockd *d = r->d;
+    struct session *s = req_session(r);
+    long long ttl = (r->pr.has & PROTO_O_TTL) ? (long long)r->pr.ttl_ms : LATCH_TTL_DEFAULT;
+
+    if (s->nlatches >= d->cfg.max_latches) {
+        req_err(r, PROTO_ELIMIT, "session created %d latches that have not ended, max-latches is %lld",
+                s->nlatches, (long long)d->cfg.max_latches);
+        return;
+    }
+    if ((int64_t)d->nlatches >= d->cfg.max_latches_total) {
+        req_err(r, PROTO_ELIMIT, "%llu latches created here have not ended, max-latches-total is %lld",
+                (unsigned long long)d->nlatches, (long long)d->cfg.max_latches_total);
+        return;
+    }
+    count_created(d, r->sid, 1);
+    latch_op(r, "create", (long long)r->pr.count, ttl < LATCH_TTL_MAX ? ttl : LATCH_TTL_MAX, on_create, r);
 }
 
 void latch_countdown(struct req *r)
@@ -78,17 +195,26 @@ void latch_countdown(struct req *r)
 
 static void leave_list(struct awaiter *a)
 {
-    struct awaiters *list = a->list;
+    struct latch *l = a->latch;
 
-    if (list == NULL)
+    if (l == NULL)
         return;
-    TAILQ_REMOVE(&list->head, a, link);
-    a->list = NULL;
-    if (TAILQ_EMPTY(&list->head)) {
-        deadline_cancel(a->d->deadlines, &list->lapse);
-        dict_del(a->d->latches, list->name);
-        free(list);
-    }
+    TAILQ_REMOVE(&l->head, a, link);
+    a->latch = NULL;
+    if (TAILQ_EMPTY(&l->head))
+        deadline_cancel(a->d->deadlines, &l->lapse);
+    latch_put(l);
+}
+
+/* Counts delta waits of a's session (if it still lives) and of this daemon. */
+static void count_wait(struct awaiter *a, int delta)
+{
+    struct session *s = session_find(a->d, a->sid);
+
+    if (s)
+        s->nwaits += delta;
+    a->d->nwaiting += (uint64_t)(int64_t)delta;
+    a->counted = delta > 0;
 }
 
 /* Answers the awaiter (if anyone still waits) and frees it once no script holds it. */
@@ -99,6 +225,8 @@ static void finish(struct awaiter *a, const char *status)
     a->req = NULL;
     leave_list(a);
     deadline_cancel(a->d->deadlines, &a->timeout);
+    if (a->counted)
+        count_wait(a, -1);
     if (r) {
         r->gone = NULL;
         if (status)
@@ -151,21 +279,21 @@ static void on_read(struct dlockd *d, redisReply *rep, void *arg)
     } else if (a->req->pr.wait_ms == 0) {
         finish(a, "TIMEOUT");
     } else {
-        watch_lapse(a->list, redis_elem_int(rep, f + 1));
+        watch_lapse(a->latch, redis_elem_int(rep, f + 1));
     }
 }
 
 static void on_reread(struct dlockd *d, redisReply *rep, void *arg)
 {
     char *name = arg;
-    struct awaiters *list = dict_get(d->latches, name);
+    struct latch *l = dict_get(d->latches, name);
 
-    if (rep && list) {
+    if (rep && l && !TAILQ_EMPTY(&l->head)) {
         size_t f = wait_apply_grants(d, rep);
         if (redis_elem_int(rep, f) == 0)
             latch_on_message(d, name);
         else
-            watch_lapse(list, redis_elem_int(rep, f + 1));
+            watch_lapse(l, redis_elem_int(rep, f + 1));
     }
     free(name);
 }
@@ -173,45 +301,39 @@ static void on_reread(struct dlockd *d, redisReply *rep, void *arg)
 /* The latch's ttl ran out while awaiters wait here: a latch that is gone releases them. */
 static void on_lapse(struct deadline *dl)
 {
-    struct awaiters *list = container_of(dl, struct awaiters, lapse);
-    const char *names[] = { list->name };
-    char *name = strdup(list->name);
+    struct latch *l = container_of(dl, struct latch, lapse);
+    const char *names[] = { l->name };
+    char *name = strdup(l->name);
 
     if (name == NULL)
         fatalx("latch: out of memory");
-    if (hold_script(list->d, SCRIPT_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
+    if (hold_script(l->d, SCRIPT_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
         free(name);
 }
 
-static void watch_lapse(struct awaiters *list, long long ttl)
+static void watch_lapse(struct latch *l, long long ttl)
 {
-    if (list && ttl >= 0)
-        deadline_arm(list->d->deadlines, &list->lapse, now_ms() + (uint64_t)ttl + 1);
+    if (l && ttl >= 0)
+        deadline_arm(l->d->deadlines, &l->lapse, now_ms() + (uint64_t)ttl + 1);
 }
 
 void latch_await(struct req *r)
 {
     struct dlockd *d = r->d;
-    const char *name = r->pr.names[0];
-    struct awaiters *list = dict_get(d->latches, name);
-    struct awaiter *a = calloc(1, sizeof(*a));
+    struct awaiter *a;
 
-    if (a == NULL)
+    if (wait_within_limits(r, req_session(r)))
+        return;
+    if ((a = calloc(1, sizeof(*a))) == NULL)
         fatalx("latch: out of memory");
-    if (list == NULL) {
-        if ((list = calloc(1, sizeof(*list))) == NULL)
-            fatalx("latch: out of memory");
-        list->d = d;
-        TAILQ_INIT(&list->head);
-        deadline_init(&list->lapse, on_lapse);
-        snprintf(list->name, sizeof(list->name), "%s", name);
-        dict_set(d->latches, name, list);
-    }
     a->d = d;
     a->req = r;
-    a->list = list;
+    a->latch = latch_get(d, r->pr.names[0]);
     a->reading = 1;
-    TAILQ_INSERT_TAIL(&list->head, a, link);
+    memcpy(a->sid, r->sid, sizeof(a->sid));
+    if (r->pr.wait_ms != 0)
+        count_wait(a, 1);
+    TAILQ_INSERT_TAIL(&a->latch->head, a, link);
     deadline_init(&a->timeout, on_timeout);
     if (r->pr.wait_ms > 0)
         deadline_arm(d->deadlines, &a->timeout, r->arrived + (uint64_t)r->pr.wait_ms);
@@ -229,13 +351,36 @@ void latch_await(struct req *r)
 
 void latch_on_message(struct dlockd *d, const char *name)
 {
-    struct awaiters *list = dict_get(d->latches, name);
+    struct latch *l = dict_get(d->latches, name);
     struct awaiter *a;
 
-    while (list && (a = TAILQ_FIRST(&list->head)) != NULL) {
+    if (l == NULL)
+        return;
+    forget_creator(l);
+    /* The latch is freed with its last awaiter. */
+    while ((a = TAILQ_FIRST(&l->head)) != NULL) {
         int last = TAILQ_NEXT(a, link) == NULL;
         finish(a, "OK");
         if (last)
-            break; /* the list is freed with its last awaiter */
+            return;
     }
+    latch_put(l);
+}
+
+static int free_one(const char *key, void *val, void *arg)
+{
+    struct latch *l = val;
+
+    (void)key;
+    (void)arg;
+    deadline_cancel(l->d->deadlines, &l->lapse);
+    deadline_cancel(l->d->deadlines, &l->ends);
+    dict_del(l->d->latches, l->name);
+    free(l);
+    return 0;
+}
+
+void latch_free_all(struct dlockd *d)
+{
+    dict_each(d->latches, free_one, NULL);
 }

@@ -10,5 +10,7 @@ void latch_countdown(struct req *r);
 void latch_await(struct req *r);
 /* A latch reached 0 (announced on the latch channel): its awaiters here are released. */
 void latch_on_message(struct dlockd *d, const char *name);
+/* Forgets the latches created here (shutdown, after every connection is closed). */
+void latch_free_all(struct dlockd *d);
 
 #endif

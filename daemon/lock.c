@@ -1,4 +1,5 @@
 /* lock.c - the verbs on locks and semaphores: LOCK, UNLOCK, ACQUIRE, RELEASE, STATUS. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,13 +8,16 @@
 
 #include "conn.h"
 #include "deadlock.h"
-#include "dict.h"
 #include "dlockd.h"
 #include "hold.h"
 #include "lock.h"
 #include "log.h"
 #include "session.h"
 #include "wait.h"
+
+/* STATUS lists holders while their JSON stays within this many bytes, so
+ * that its line stays within about 4 KiB; "more" counts the others. */
+#define STATUS_HOLDERS_BYTES 3000
 
 /* An UNLOCK, RELEASE or STATUS in flight. */
 struct op {
@@ -45,21 +49,25 @@ static int script_or_backend(struct op *op, enum script_id id, int nargs, const 
     return -1;
 }
 
-/* Checks the limits that apply before asking Redis. Returns 0, or -1 after replying. */
+/* Checks the limits that apply before asking Redis. The names of a
+ * session's waits count as holds already, so no grant can pass max-holds.
+ * Returns 0, or -1 after replying. */
 static int within_limits(struct req *r, struct session *s)
 {
     struct dlockd *d = r->d;
+    int n = r->pr.nnames;
 
-    if (s->nholds + r->pr.nnames > d->cfg.max_holds) {
-        req_err(r, PROTO_ELIMIT, "session has %d holds, max-holds is %lld", s->nholds,
-                (long long)d->cfg.max_holds);
+    if (s->nholds + s->nreserved + n > d->cfg.max_holds) {
+        req_err(r, PROTO_ELIMIT, "session has %d holds and waits for %d more, max-holds is %lld", s->nholds,
+                s->nreserved, (long long)d->cfg.max_holds);
         return -1;
     }
-    if (r->pr.wait_ms != 0 && (int64_t)dict_size(d->waits) >= d->cfg.max_waiters) {
-        req_err(r, PROTO_ELIMIT, "max-waiters (%lld) reached", (long long)d->cfg.max_waiters);
+    if ((int64_t)(d->nholds + d->nreserved) + n > d->cfg.max_holds_total) {
+        req_err(r, PROTO_ELIMIT, "this server has %llu holds and waits for %llu more, max-holds-total is %lld",
+                (unsigned long long)d->nholds, (unsigned long long)d->nreserved, (long long)d->cfg.max_holds_total);
         return -1;
     }
-    return 0;
+    return wait_within_limits(r, s);
 }
 
 void lock_lock(struct req *r)
@@ -173,24 +181,49 @@ static json_t *holder_json(const redisReply *rep, size_t i, int semaphore)
                      "held_ms", (json_int_t)redis_elem_int(rep, i + 4));
 }
 
+/* Adds the holders of the reply from index i to holders while their JSON
+ * fits in STATUS_HOLDERS_BYTES. Returns how many did not fit. */
+static long long add_holders(json_t *holders, const redisReply *rep, size_t i, int semaphore)
+{
+    size_t bytes = 0;
+    long long left = 0;
+
+    for (; i + 5 < rep->elements; i += 6) {
+        json_t *h = holder_json(rep, i, semaphore);
+        char *text = json_dumps(h, JSON_COMPACT);
+        size_t len = text ? strlen(text) + 1 : SIZE_MAX;
+
+        free(text);
+        if (left == 0 && len <= STATUS_HOLDERS_BYTES - bytes) {
+            bytes += len;
+            json_array_append_new(holders, h);
+        } else {
+            left++;
+            json_decref(h);
+        }
+    }
+    return left;
+}
+
 static json_t *status_json(const char *name, const redisReply *rep, size_t f)
 {
     char buf[32], kind[16];
     json_t *doc, *holders;
+    long long more;
 
     snprintf(kind, sizeof(kind), "%s", redis_elem(rep, f, buf, sizeof(buf)));
     if (strcmp(kind, "latch") == 0)
         return json_pack("{s:s, s:s, s:I}", "name", name, "type", "latch", "count",
                          (json_int_t)redis_elem_int(rep, f + 4));
     holders = json_array();
-    for (size_t i = f + 5; i + 5 < rep->elements; i += 6)
-        json_array_append_new(holders, holder_json(rep, i, strcmp(kind, "semaphore") == 0));
+    more = redis_elem_int(rep, f + 5) + add_holders(holders, rep, f + 6, strcmp(kind, "semaphore") == 0);
     doc = json_pack("{s:s, s:o, s:o, s:I}", "name", name, "type", kind[0] ? json_string(kind) : json_null(),
                     "holders", holders, "waiters", (json_int_t)redis_elem_int(rep, f + 1));
     if (strcmp(kind, "semaphore") == 0) {
         json_object_set_new(doc, "limit", json_integer(redis_elem_int(rep, f + 2)));
         json_object_set_new(doc, "free", json_integer(redis_elem_int(rep, f + 3)));
     }
+    json_object_set_new(doc, "more", json_integer(more));
     return doc;
 }
 

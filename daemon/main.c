@@ -13,6 +13,7 @@
 #include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
+#include "latch.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
@@ -138,6 +139,7 @@ static void dlockd_free(struct dlockd *d)
     conn_close_all(d);
     session_free_all(d);
     wait_free_all(d);
+    latch_free_all(d);
     if (d->redis)
         redis_free(d->redis);
     if (d->watchdog)

@@ -20,10 +20,14 @@
 #define RENEW_BATCH 200 /* leases per script call */
 #define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
 
+static const char name_keys[] = "hxqwm"; /* the keys of a name whose expiry renewal moves on, see scripts/renew.lua */
+#define RENEW_KEYS ((int)sizeof(name_keys) - 1)
+
 /* One lease to extend: offsets in its batch's text of the script's
  * arguments, and of what identifies the hold if Redis lost it. */
 struct item {
-    size_t key, member, lease; /* the x key of the name, hid or "@" wid, ms */
+    size_t keys;               /* the first of its name's keys (see name_keys), shared by a run of items */
+    size_t member, lease;      /* hid or "@" wid, ms */
     size_t name, token;        /* of a hold; token "" for a wait */
 };
 
@@ -85,26 +89,41 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     fill(cy);
 }
 
+/* KEYS: the keys of each run of items on one name; ARGV: for each run its
+ * length, then the member and lease of each item. */
 static void flush(struct cycle *cy)
 {
     struct batch *b = cy->b;
     const char **argv;
-    int argc = 0;
+    char *runs;
+    int argc = 0, nkeys;
 
     if (b == NULL || b->n == 0)
         return;
     cy->b = NULL;
-    if ((argv = malloc((size_t)b->n * 4 * sizeof(*argv))) == NULL)
+    if ((argv = malloc((size_t)b->n * (RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
+        (runs = malloc((size_t)b->n * 12)) == NULL)
         fatalx("renew: out of memory");
-    for (int i = 0; i < b->n; i++)
-        argv[argc++] = b->text + b->items[i].key;
     for (int i = 0; i < b->n; i++) {
-        argv[argc++] = "1";
-        argv[argc++] = b->text + b->items[i].member;
-        argv[argc++] = b->text + b->items[i].lease;
+        size_t k = b->items[i].keys;
+        if (i > 0 && k == b->items[i - 1].keys)
+            continue;
+        for (int j = 0; j < RENEW_KEYS; j++, k += strlen(b->text + k) + 1)
+            argv[argc++] = b->text + k;
+    }
+    nkeys = argc;
+    for (int i = 0, run; i < b->n; i += run) {
+        for (run = 1; i + run < b->n && b->items[i + run].keys == b->items[i].keys; run++)
+            ;
+        snprintf(runs + 12 * i, 12, "%d", run);
+        argv[argc++] = runs + 12 * i;
+        for (int j = i; j < i + run; j++) {
+            argv[argc++] = b->text + b->items[j].member;
+            argv[argc++] = b->text + b->items[j].lease;
+        }
     }
     cy->d->stats.renewals++;
-    if (redis_script(cy->d->redis, SCRIPT_RENEW, b->n, argc, argv, on_renewed, NULL, b)) {
+    if (redis_script(cy->d->redis, SCRIPT_RENEW, nkeys, argc, argv, on_renewed, NULL, b)) {
         cy->failed = 1;
         cy->table = NULL; /* the link is down: the next cycle renews them */
         batch_free(b);
@@ -112,6 +131,7 @@ static void flush(struct cycle *cy)
         cy->inflight++;
         cy->sent++;
     }
+    free(runs);
     free(argv);
 }
 
@@ -138,6 +158,18 @@ static size_t put(struct batch *b, ...)
     return at;
 }
 
+/* Appends the keys of name to b's text, one after the other; returns the offset of the first. */
+static size_t put_keys(struct batch *b, const char *prefix, const char *name)
+{
+    size_t at = b->len;
+
+    for (int j = 0; j < RENEW_KEYS; j++) {
+        char sfx[] = { name_keys[j], '\0' };
+        put(b, prefix, "{", name, "}:", sfx, (char *)NULL);
+    }
+    return at;
+}
+
 static void add(struct cycle *cy, const char *name, const char *pre, const char *member, const char *lease,
                 const char *token)
 {
@@ -147,13 +179,16 @@ static void add(struct cycle *cy, const char *name, const char *pre, const char 
     if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
         fatalx("renew: out of memory");
     b = cy->b;
-    it = &b->items[b->n++];
-    it->key = put(b, cy->d->cfg.key_prefix, "{", name, "}:x", (char *)NULL);
+    it = &b->items[b->n];
+    if (b->n > 0 && strcmp(b->text + it[-1].name, name) == 0)
+        it->keys = it[-1].keys;
+    else
+        it->keys = put_keys(b, cy->d->cfg.key_prefix, name);
     it->member = put(b, pre, member, (char *)NULL);
     it->lease = put(b, lease, (char *)NULL);
     it->name = put(b, name, (char *)NULL);
     it->token = put(b, token, (char *)NULL);
-    if (b->n == RENEW_BATCH)
+    if (++b->n == RENEW_BATCH)
         flush(cy);
 }
 

@@ -28,6 +28,9 @@ struct session {
     TAILQ_HEAD(, hold) holds;
     TAILQ_HEAD(, wait) waits;
     int nholds;
+    int nreserved;                /* names its waits may still be granted (wait.c) */
+    int nwaits;                   /* its LOCK, ACQUIRE and AWAIT requests that may wait (wait.c, latch.c) */
+    int nlatches;                 /* latches it created that have not ended (latch.c) */
     int hello;                    /* opened or named by HELLO: its end is logged */
     int has_secret;               /* HELLO gave it a secret: it can be resumed */
     unsigned char secret_hash[SESSION_HASH_LEN]; /* SHA-256 of that secret, never the secret */

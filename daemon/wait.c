@@ -28,15 +28,39 @@ static char *wid_copy(const struct wait *w)
     return wid;
 }
 
+/* Adds w to s, and counts what it may still be granted and whether it may wait. */
+static void wait_attach(struct wait *w, struct session *s)
+{
+    w->s = s;
+    TAILQ_INSERT_TAIL(&s->waits, w, in_session);
+    deadlock_add(w->d, w);
+    s->nreserved += w->nnames;
+    s->nwaits += w->wait_ms != 0;
+    w->d->nreserved += (uint64_t)w->nnames;
+}
+
+/* Takes w from its session: a wait without one makes no hold. */
+static void wait_detach(struct wait *w)
+{
+    struct session *s = w->s;
+
+    if (s == NULL)
+        return;
+    TAILQ_REMOVE(&s->waits, w, in_session);
+    deadlock_remove(w->d, w);
+    s->nreserved -= w->nnames;
+    s->nwaits -= w->wait_ms != 0;
+    w->d->nreserved -= (uint64_t)w->nnames;
+    w->s = NULL;
+}
+
 static void wait_free(struct wait *w)
 {
     struct dlockd *d = w->d;
 
     dict_del(d->waits, w->wid);
-    if (w->s) {
-        TAILQ_REMOVE(&w->s->waits, w, in_session);
-        deadlock_remove(d, w);
-    }
+    wait_detach(w);
+    d->nwaiting -= w->wait_ms != 0;
     if (w->req)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
@@ -118,13 +142,13 @@ static int grant_is_short(const struct dlockd *d, long long left)
 
 size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
 {
-    long long n = redis_elem_int(rep, 1);
+    long long n = redis_elem_int(rep, REPLY_NGRANTS);
     char buf[32], wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
 
     if (n < 0)
         n = 0;
     for (long long i = 0; i < n; i++) {
-        size_t at = (size_t)(2 + 5 * i);
+        size_t at = (size_t)(REPLY_GRANTS + REPLY_GRANT * i);
         struct wait *w;
         snprintf(wid, sizeof(wid), "%s", redis_elem(rep, at, buf, sizeof(buf)));
         if ((w = dict_get(d->waits, wid)) == NULL)
@@ -138,7 +162,7 @@ size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
         else
             wait_granted(w, tokens, counts, free_permits);
     }
-    return (size_t)(2 + 5 * n);
+    return (size_t)(REPLY_GRANTS + REPLY_GRANT * n);
 }
 
 static void arm_retry(struct wait *w, long long ms)
@@ -309,6 +333,25 @@ void wait_on_message(struct dlockd *d, const char *msg)
     } else if (sscanf(msg, "R %200s %lld", name, &ms) == 2) {
         lease_end_heard(d, name, ms);
     }
+}
+
+int wait_within_limits(struct req *r, const struct session *s)
+{
+    struct dlockd *d = r->d;
+
+    if (r->pr.wait_ms == 0)
+        return 0;
+    if (s->nwaits >= d->cfg.max_waits) {
+        req_err(r, PROTO_ELIMIT, "session has %d waiting requests, max-waits is %lld", s->nwaits,
+                (long long)d->cfg.max_waits);
+        return -1;
+    }
+    if ((int64_t)d->nwaiting >= d->cfg.max_waiters) {
+        req_err(r, PROTO_ELIMIT, "this server has %llu waiting requests, max-waiters is %lld",
+                (unsigned long long)d->nwaiting, (long long)d->cfg.max_waiters);
+        return -1;
+    }
+    return 0;
 }
 
 /* --- the script that grants, refuses or queues */
@@ -557,11 +600,7 @@ static void wait_abandon(struct wait *w)
 {
     struct req *r = wait_take_req(w);
 
-    if (w->s) {
-        TAILQ_REMOVE(&w->s->waits, w, in_session);
-        deadlock_remove(w->d, w);
-        w->s = NULL;
-    }
+    wait_detach(w);
     if (r)
         req_drop(r);
     w->abandoned = 1;
@@ -640,7 +679,6 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     w->d = d;
     w->kind = kind;
     w->req = r;
-    w->s = s;
     w->lease = pr->lease_ms;
     w->wait_ms = pr->wait_ms;
     w->k = kind == WAIT_SEM ? pr->permits : 1;
@@ -655,8 +693,8 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)
         deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
-    TAILQ_INSERT_TAIL(&s->waits, w, in_session);
-    deadlock_add(d, w);
+    wait_attach(w, s);
+    d->nwaiting += w->wait_ms != 0;
     r->gone = on_req_gone;
     r->quit = on_req_quit;
     r->ctx = w;

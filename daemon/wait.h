@@ -41,6 +41,12 @@ struct wait {
     char *names[];            /* then the strings of hid, client and names */
 };
 
+/*
+ * Checks max-waits and max-waiters for r (of session s) when it may wait
+ * (LOCK, ACQUIRE or AWAIT with wait= other than 0). Returns 0, or -1 after
+ * answering ERR LIMIT.
+ */
+int wait_within_limits(struct req *r, const struct session *s);
 /* A wait for r's names (hid mode: x, s or p), added to r's session. */
 struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode);
 /* Sends the wait to Redis; the reply answers its request. */

@@ -283,7 +283,7 @@ START_TEST(test_reload_live)
     H_REQ(b, "TIMEOUT", "LOCK rl wait=200ms");
 
     /* max-waiters 0 takes effect at SIGHUP, not before. */
-    h_write_file(conf, "# after\nmax-waiters 0\n");
+    h_write_file(conf, "# after\nmax-waiters 0\nmax-waits 0\n");
     H_REQ(b, "TIMEOUT", "LOCK rl wait=200ms");
     RELOAD(d);
     H_REQ(b, "ERR LIMIT%*", "LOCK rl wait=200ms");
@@ -291,7 +291,7 @@ START_TEST(test_reload_live)
     ck_assert_int_eq(h_log_count(d, H_ARGS("config:", "restart")), 0);
 
     /* requirepass added: new connections must AUTH. */
-    h_write_file(conf, "max-waiters 0\nrequirepass s3cret\n");
+    h_write_file(conf, "max-waiters 0\nmax-waits 0\nrequirepass s3cret\n");
     RELOAD(d);
     n = H_CONNECT(d->port);
     H_REQ(n, "OK", "PING");
@@ -300,7 +300,7 @@ START_TEST(test_reload_live)
     H_LOCK_NEW(n, "rl2");
 
     /* and removed again. */
-    h_write_file(conf, "max-waiters 10\n");
+    h_write_file(conf, "max-waiters 10\nmax-waits 10\n");
     RELOAD(d);
     n = H_CONNECT(d->port);
     H_LOCK_NEW(n, "rl3");
@@ -361,7 +361,7 @@ START_TEST(test_reload_bad_file)
     struct h_conn *a, *b;
 
     conf_path(conf, sizeof conf);
-    h_write_file(conf, "max-waiters 0\n");
+    h_write_file(conf, "max-waiters 0\nmax-waits 0\n");
     d = h_dlockd_start_with(R->port, conf, NULL, NULL);
     a = H_CLIENT(d, "name=a");
     b = H_CLIENT(d, "name=b");
@@ -369,7 +369,7 @@ START_TEST(test_reload_bad_file)
     H_REQ(b, "ERR LIMIT%*", "LOCK rb wait=200ms");
 
     /* An unknown key: refused as a whole, even the good line before it. */
-    h_write_file(conf, "max-waiters 100\nno-such-key 1\n");
+    h_write_file(conf, "max-waiters 100\nmax-waits 100\nno-such-key 1\n");
     RELOAD(d);
     ck_assert_int_eq(h_log_count(d, H_ARGS("reload failed", "no-such-key")), 1);
     H_REQ(b, "ERR LIMIT%*", "LOCK rb wait=200ms");
@@ -383,7 +383,7 @@ START_TEST(test_reload_bad_file)
     H_REQ(a, "OK", "PING");
 
     /* A good file again applies. */
-    h_write_file(conf, "max-waiters 100\n");
+    h_write_file(conf, "max-waiters 100\nmax-waits 100\n");
     RELOAD(d);
     ck_assert_int_eq(h_log_count(d, H_ARGS("reload failed")), 2);
     H_REQ(b, "TIMEOUT", "LOCK rb wait=200ms");

@@ -25,8 +25,8 @@ if wait and redis.call('ZSCORE', s.q, wid) then
 end
 
 -- Permits are FIFO: nobody, not even a holder, overtakes a waiter.
-local f, _, _, free = inspect(s, hid, k)
-if not f and redis.call('EXISTS', s.q) == 0 then
+local blocked, _, free = inspect(s, hid, k)
+if not blocked and redis.call('EXISTS', s.q) == 0 then
     local token, held = grant(s, hid, k, NOW + ttl, lease, bounded, DAEMON, wid, client)
     return reply('OK', token, held, free - k)
 end

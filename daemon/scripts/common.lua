@@ -1,8 +1,9 @@
 -- common.lua: the data model of locks and semaphores, prepended to every
 -- script but renew.lua at build time.
 --
--- ARGV: 1 key prefix, 2 calling daemon's id, 3 number of names N,
--- 4..3+N the names, then the script's own arguments from ARGV[A].
+-- ARGV: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis time in ms,
+-- 0 for none), 4 number of names N, 5..4+N the names, then the script's own
+-- arguments from ARGV[A].
 -- KEYS: the keys below of every name, in order (declared; the scripts
 -- derive them from the names).
 --
@@ -12,26 +13,46 @@
 --   q  zset   wid -> arrival number (FIFO order)
 --   w  hash   wid -> "hid k lease bounded client name..."; "#seq" = last arrival
 --   t  string last fencing token of the name
---   m  hash   semaphore: limit (its presence makes the name a semaphore)
+--   m  hash   semaphore: limit, and used (permits held); its presence makes
+--             the name a semaphore
 --   l  string latch: its count
 -- hid = mode .. session id (16 hex) .. ":" .. owner, mode x (exclusive),
 -- s (shared) or p (semaphore permits; count = permits held).
 -- wid = daemon id .. "." .. sequence. A hold whose daemon is "-" belongs to
 -- an expired session kept for lock-delay.
+-- h, x, q, w and m expire KEY_MARGIN_MS after the last lease in x ends;
+-- every script and every renewal moves that on, so the keys of a dead
+-- daemon go by themselves (t and l have expiries of their own).
+--
+-- A script that starts after its deadline changes nothing and answers LATE.
+-- Every reply: status, Redis time (ms), the names with more to hand on
+-- (space-separated), the number of grants, wid tokens counts free left of
+-- each grant, then the script's own fields.
 
-local PREFIX, DAEMON = ARGV[1], ARGV[2]
+local PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local NAMES = {}
-for i = 1, tonumber(ARGV[3]) do
-    NAMES[i] = ARGV[3 + i]
+for i = 1, tonumber(ARGV[4]) do
+    NAMES[i] = ARGV[4 + i]
 end
-local A = 4 + #NAMES
+local A = 5 + #NAMES
 
 local time = redis.call('TIME')
 local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local NOW = math.floor(NOW_US / 1000)
 
+if DEADLINE > 0 and NOW > DEADLINE then
+    return { 'LATE', NOW, '', 0 }
+end
+
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = 7 * 24 * 3600 * 1000
+local KEY_MARGIN_MS = 1000 -- also in renew.lua
+-- The work of one script, whatever clients queued: names granted (a waiter
+-- for several names counts each), lapsed entries purged per name, and queue
+-- entries or holds read in one go.
+local GRANT_BUDGET = 128
+local PURGE_MAX = 128
+local SCAN = 16
 
 local function num(n)
     return string.format('%.0f', n)
@@ -67,9 +88,39 @@ local function waiter_daemon(wid)
     return string.match(wid, '^([^.]+)')
 end
 
--- Drops every hold and waiter of s whose lease has run out.
+-- Permits held on semaphore s. Call it before changing h: a new m, or one
+-- written by an older version, has no count yet, which is taken from h.
+local function used(s)
+    local u = redis.call('HGET', s.m, 'used')
+    if u then
+        return tonumber(u)
+    end
+    local n = 0
+    for _, v in ipairs(redis.call('HVALS', s.h)) do
+        n = n + tonumber(string.match(v, '^%d+'))
+    end
+    redis.call('HSET', s.m, 'used', n)
+    return n
+end
+
+local function add_used(s, k)
+    redis.call('HSET', s.m, 'used', used(s) + k)
+end
+
+-- Deletes hold hid of s; its permits are free again.
+local function drop_hold(s, hid)
+    local v = redis.call('HGET', s.h, hid)
+    if v and string.sub(hid, 1, 1) == 'p' and redis.call('EXISTS', s.m) == 1 then
+        add_used(s, -hold_decode(v).count)
+    end
+    redis.call('HDEL', s.h, hid)
+    s.hchanged = true
+end
+
+-- Drops the holds and waiters of s whose lease has run out, PURGE_MAX at
+-- most: with more left, s has more to hand on.
 local function purge(s)
-    local dead = redis.call('ZRANGEBYSCORE', s.x, '-inf', NOW)
+    local dead = redis.call('ZRANGEBYSCORE', s.x, '-inf', NOW, 'LIMIT', 0, PURGE_MAX)
     for _, m in ipairs(dead) do
         if string.sub(m, 1, 1) == '@' then
             local wid = string.sub(m, 2)
@@ -77,13 +128,13 @@ local function purge(s)
             redis.call('HDEL', s.w, wid)
             s.qchanged = true
         else
-            redis.call('HDEL', s.h, m)
-            s.hchanged = true
+            drop_hold(s, m)
         end
     end
     if #dead > 0 then
-        redis.call('ZREMRANGEBYSCORE', s.x, '-inf', NOW)
+        redis.call('ZREM', s.x, unpack(dead))
     end
+    s.more = #dead == PURGE_MAX
 end
 
 -- The state of a name: its keys, purged once per script.
@@ -101,41 +152,66 @@ local function state(name)
     return s
 end
 
--- Looks at the holds of s for a request of hid for k: returns the first hold
--- that keeps it from being granted (field, value; nil when none), whether
--- the same session and owner hold s in any mode, and the free permits of a
+local function holding(s, mode, who)
+    return redis.call('HEXISTS', s.h, mode .. who) == 1
+end
+
+-- Looks at the holds of s for a request of hid for k, without reading them
+-- all: returns whether a hold keeps it from being granted, whether the same
+-- session and owner hold s in any mode, and the free permits of a
 -- semaphore. Holds of the same session and owner never conflict (reentry,
 -- upgrade, downgrade); permits conflict only by number.
 local function inspect(s, hid, k)
-    local who, mode = string.sub(hid, 2), string.sub(hid, 1, 1)
-    local all = redis.call('HGETALL', s.h)
-    local own = false
+    local mode, who = string.sub(hid, 1, 1), string.sub(hid, 2)
     if mode == 'p' then
-        local used = 0
-        for i = 1, #all, 2 do
-            used = used + hold_decode(all[i + 1]).count
-            own = own or string.sub(all[i], 2) == who
-        end
-        local free = tonumber(redis.call('HGET', s.m, 'limit') or '0') - used
-        if k > free then
-            return all[1] or '', all[2], own, free
-        end
-        return nil, nil, own, free
+        local free = tonumber(redis.call('HGET', s.m, 'limit') or '0') - used(s)
+        return k > free, holding(s, 'p', who), free
     end
-    local cf, cv
-    for i = 1, #all, 2 do
-        local f = all[i]
-        if string.sub(f, 2) == who then
-            own = true
-        elseif cf == nil and (mode == 'x' or string.sub(f, 1, 1) == 'x') then
-            cf, cv = f, all[i + 1]
+    local own = (holding(s, 'x', who) and 1 or 0) + (holding(s, 's', who) and 1 or 0)
+    local n = redis.call('HLEN', s.h)
+    if mode == 'x' then
+        return n > own, own > 0, 0
+    end
+    -- An exclusive hold is granted only when nobody else holds the name, so
+    -- it shares h with its owner's shared hold at most: with more than two
+    -- holds, none is exclusive.
+    if n > own and n <= 2 then
+        for _, f in ipairs(redis.call('HKEYS', s.h)) do
+            if string.sub(f, 1, 1) == 'x' and string.sub(f, 2) ~= who then
+                return true, own > 0, 0
+            end
         end
     end
-    return cf, cv, own, 0
+    return false, own > 0, 0
+end
+
+-- A hold of s in the way of hid (else any hold): field and value, or nil
+-- when a few HSCAN steps find none. It only names a holder in BUSY.
+local function blocker(s, hid)
+    local who, x = string.sub(hid, 2), string.sub(hid, 1, 1) == 'x'
+    local cursor, f1, v1 = '0', nil, nil
+    for _ = 1, 4 do
+        local r = redis.call('HSCAN', s.h, cursor, 'COUNT', SCAN)
+        for i = 1, #r[2], 2 do
+            local f = r[2][i]
+            if string.sub(f, 2) ~= who and (x or string.sub(f, 1, 1) == 'x') then
+                return f, r[2][i + 1]
+            end
+            f1, v1 = f1 or f, v1 or r[2][i + 1]
+        end
+        cursor = r[1]
+        if cursor == '0' then
+            break
+        end
+    end
+    return f1, v1
 end
 
 -- Grants hid k more counts on s (a new hold, or reentry). Returns token, count.
 local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+    if string.sub(hid, 1, 1) == 'p' then
+        add_used(s, k)
+    end
     local v = redis.call('HGET', s.h, hid)
     if v then
         local h = hold_decode(v)
@@ -153,8 +229,9 @@ local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
 end
 
 -- Grants made by this script: wid, tokens, counts (comma-joined per name),
--- the free permits after it (semaphores; 0 for locks) and left of each.
-local GRANTS = {}
+-- the free permits after it (semaphores; 0 for locks) and left of each;
+-- SPENT counts their names against GRANT_BUDGET.
+local GRANTS, SPENT = {}, 0
 
 local function dequeue(s, wid)
     redis.call('ZREM', s.q, wid)
@@ -185,11 +262,12 @@ local function grant_waiter(wid, w, group)
     end
     local t, c, free = table.concat(tokens, ','), table.concat(counts, ','), 0
     if string.sub(w.hid, 1, 1) == 'p' then
-        free = select(4, inspect(group[1], w.hid, 0))
+        free = select(3, inspect(group[1], w.hid, 0))
     end
     for _, f in ipairs({ wid, t, c, free, num(left) }) do
         table.insert(GRANTS, f)
     end
+    SPENT = SPENT + #group
     if daemon ~= DAEMON then
         redis.call('PUBLISH', PREFIX .. daemon, table.concat({ 'G', wid, t, c, free, num(left) }, ' '))
     end
@@ -198,10 +276,15 @@ end
 -- Grants waiters from the head of s's queue while they fit, in FIFO order:
 -- the first that does not fit holds back everyone behind it. A waiter for
 -- several names must be at the head of each of their queues and fit in each.
+-- Once GRANT_BUDGET is spent, s has more to hand on.
 local function advance(s)
     while true do
         local head = redis.call('ZRANGE', s.q, 0, 0)
         if #head == 0 then
+            return
+        end
+        if SPENT >= GRANT_BUDGET then
+            s.more = true
             return
         end
         local wid = head[1]
@@ -229,14 +312,13 @@ end
 -- Milliseconds until the earliest lease on these names that no one here
 -- will release runs out: another daemon's hold or waiter, or an expired
 -- session's hold kept for lock-delay. -1 when there is none. It reads only
--- the first RETRY_SCAN leases of a name, in the order they end: when all are
+-- the first SCAN leases of a name, in the order they end: when all are
 -- this daemon's, it answers the end of the last one read (too early is
 -- harmless: the retry asks again), so a long queue costs no more than a short one.
-local RETRY_SCAN = 16
 local function retry_after(list)
     local best = nil
     for _, s in ipairs(list) do
-        local first = redis.call('ZRANGE', s.x, 0, RETRY_SCAN - 1, 'WITHSCORES')
+        local first = redis.call('ZRANGE', s.x, 0, SCAN - 1, 'WITHSCORES')
         for i = 1, #first, 2 do
             local m, score = first[i], tonumber(first[i + 1])
             local daemon
@@ -246,7 +328,7 @@ local function retry_after(list)
                 local v = redis.call('HGET', s.h, m)
                 daemon = v and hold_decode(v).daemon
             end
-            if (daemon and daemon ~= DAEMON) or i + 1 == 2 * RETRY_SCAN then
+            if (daemon and daemon ~= DAEMON) or i + 1 == 2 * SCAN then
                 if best == nil or score < best then
                     best = score
                 end
@@ -260,6 +342,28 @@ local function retry_after(list)
     return math.max(best - NOW, 0)
 end
 
+-- Publishes to the daemons of the first n waiters of s, but skip, that a
+-- lease on s ends in ms. Those further back wait for these anyway.
+local function tell_waiters(s, ms, n, skip)
+    local told = { [skip or ''] = true }
+    for _, wid in ipairs(redis.call('ZRANGE', s.q, 0, n - 1)) do
+        local daemon = waiter_daemon(wid)
+        if not told[daemon] then
+            told[daemon] = true
+            redis.call('PUBLISH', PREFIX .. daemon, 'R ' .. s.name .. ' ' .. ms)
+        end
+    end
+end
+
+-- Sets the expiry of s's keys to KEY_MARGIN_MS after the last lease in x.
+local function expire(s)
+    local last = redis.call('ZRANGE', s.x, -1, -1, 'WITHSCORES')
+    local at = num(math.max(tonumber(last[2] or NOW), NOW) + KEY_MARGIN_MS)
+    for _, key in ipairs({ s.h, s.x, s.q, s.w, s.m }) do
+        redis.call('PEXPIREAT', key, at)
+    end
+end
+
 -- The states of the request's names, purged and advanced.
 local S = {}
 for i, name in ipairs(NAMES) do
@@ -269,17 +373,13 @@ for _, s in ipairs(S) do
     advance(s)
 end
 
--- A script's reply: status, the number of grants, wid tokens counts free left
--- of each grant, then the script's own fields. Leaves no empty waiter hash behind, and
--- no semaphore limit once nobody holds or waits.
+-- A script's reply (see the top). Leaves no empty waiter hash behind, and no
+-- semaphore once nobody holds or waits; the keys of every name touched
+-- expire after their last lease. The daemon that ran it goes on with the
+-- names that have more to hand on; the daemons of their first waiters hear
+-- of it too, in case it does not live to.
 local function reply(status, ...)
-    local r = { status, #GRANTS / 5 }
-    for _, g in ipairs(GRANTS) do
-        table.insert(r, g)
-    end
-    for _, f in ipairs({ ... }) do
-        table.insert(r, f)
-    end
+    local more = {}
     for _, s in ipairs(ORDER) do
         if s.qchanged and redis.call('EXISTS', s.q) == 0 then
             redis.call('DEL', s.w)
@@ -287,20 +387,20 @@ local function reply(status, ...)
         if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
             redis.call('DEL', s.m)
         end
+        if s.more then
+            table.insert(more, s.name)
+            tell_waiters(s, 0, 4, DAEMON)
+        end
+        expire(s)
+    end
+    local r = { status, NOW, table.concat(more, ' '), #GRANTS / 5 }
+    for _, g in ipairs(GRANTS) do
+        table.insert(r, g)
+    end
+    for _, f in ipairs({ ... }) do
+        table.insert(r, f)
     end
     return r
-end
-
--- Publishes to the daemon of every waiter of s that a lease on s ends in ms.
-local function tell_waiters(s, ms)
-    local told = {}
-    for _, wid in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
-        local daemon = waiter_daemon(wid)
-        if not told[daemon] then
-            told[daemon] = true
-            redis.call('PUBLISH', PREFIX .. daemon, 'R ' .. s.name .. ' ' .. ms)
-        end
-    end
 end
 
 local function join(list)

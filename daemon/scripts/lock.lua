@@ -21,21 +21,17 @@ end
 
 -- Reentry, downgrade and an upgrade nobody blocks skip the queue; others are
 -- granted only where nobody waits.
-local bf, bv
+local stuck
 local owns = {}
 for i, s in ipairs(S) do
-    local f, v, own = inspect(s, hid, 1)
+    local blocked, own = inspect(s, hid, 1)
     owns[i] = own
-    if f or (not own and redis.call('EXISTS', s.q) == 1) then
-        if not f then
-            local all = redis.call('HGETALL', s.h)
-            f, v = all[1], all[2]
-        end
-        bf, bv = f or '', v
+    if blocked or (not own and redis.call('EXISTS', s.q) == 1) then
+        stuck = s
         break
     end
 end
-if bf == nil then
+if stuck == nil then
     local tokens, counts = {}, {}
     for i, s in ipairs(S) do
         tokens[i], counts[i] = grant(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client)
@@ -45,15 +41,10 @@ end
 
 if not wait then
     local holder, left = '-', 0
-    if bv then
-        local h = hold_decode(bv)
-        for _, s in ipairs(S) do
-            local score = redis.call('ZSCORE', s.x, bf)
-            if score then
-                left = math.max(tonumber(score) - NOW, 0)
-                break
-            end
-        end
+    local f, v = blocker(stuck, hid)
+    if v then
+        local h = hold_decode(v)
+        left = math.max(tonumber(redis.call('ZSCORE', stuck.x, f) or NOW) - NOW, 0)
         -- A live daemon renews every lease/3: a hold past that is presumed orphaned.
         if h.daemon ~= '-' and (h.bounded == '1' or left >= h.lease / 3) then
             holder = h.client
@@ -62,12 +53,14 @@ if not wait then
     return reply('BUSY', holder, left)
 end
 
--- Two owners that hold a name shared and both wait to upgrade can never be granted.
-if mode == 'x' and redis.call('HEXISTS', S[1].h, 's' .. who) == 1 then
+-- Two owners that hold a name shared and both wait to upgrade can never be
+-- granted. An upgrade waits at the head of the queue, so the first entries
+-- show it.
+if mode == 'x' and holding(S[1], 's', who) then
     for _, s in ipairs(S) do
-        for _, other in ipairs(redis.call('ZRANGE', s.q, 0, -1)) do
+        for _, other in ipairs(redis.call('ZRANGE', s.q, 0, SCAN - 1)) do
             local w = waiter_decode(redis.call('HGET', s.w, other))
-            if string.sub(w.hid, 1, 1) == 'x' and redis.call('HEXISTS', s.h, 's' .. string.sub(w.hid, 2)) == 1 then
+            if string.sub(w.hid, 1, 1) == 'x' and holding(s, 's', string.sub(w.hid, 2)) then
                 return reply('DEADLOCK')
             end
         end

@@ -18,7 +18,7 @@ end
 for i, s in ipairs(S) do
     local m = mode
     if m == '' then
-        m = redis.call('HEXISTS', s.h, 'x' .. who) == 1 and 'x' or 's'
+        m = holding(s, 'x', who) and 'x' or 's'
     end
     local v = redis.call('HGET', s.h, m .. who)
     if not v then
@@ -36,24 +36,26 @@ for i, s in ipairs(S) do
     local h, held = holds[i], holds[i].count
     h.count = all and 0 or h.count - k
     if h.count > 0 then
+        if modes[i] == 'p' then
+            add_used(s, h.count - held)
+        end
         redis.call('HSET', s.h, hids[i], hold_encode(h))
     elseif delay > 0 then
         -- Kept whole (every permit), owned by nobody, until the delay ends.
         h.daemon, h.count = '-', held
         redis.call('HSET', s.h, hids[i], hold_encode(h))
         redis.call('ZADD', s.x, NOW + delay, hids[i])
-        tell_waiters(s, delay)
+        tell_waiters(s, delay, SCAN)
         h.count = 0
     else
-        redis.call('HDEL', s.h, hids[i])
+        drop_hold(s, hids[i])
         redis.call('ZREM', s.x, hids[i])
-        s.hchanged = true
     end
     counts[i] = h.count
     advance(s)
 end
 local free = 0
 if modes[1] == 'p' then
-    free = select(4, inspect(S[1], 'p' .. who, 0))
+    free = select(3, inspect(S[1], 'p' .. who, 0))
 end
 return reply('OK', join(counts), join(modes), free)
