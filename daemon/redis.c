@@ -56,6 +56,7 @@ struct redis {
     int closed;                /* shutting down: no reconnects */
     uint64_t answering_sent;   /* sent time of the call whose callback runs */
     int answering_late;        /* the callback running is a late one */
+    uint64_t trouble_at;       /* monotonic ms of the last failure */
     TAILQ_HEAD(, redis_call) held; /* calls made during the first handshake, sent once it is over */
 };
 
@@ -115,8 +116,14 @@ uint64_t redis_answering_sent(const struct redis *rd)
 
 /* --- jeopardy: from any failure until a whole renewal cycle succeeds */
 
+int redis_trouble_since(const struct redis *rd, uint64_t ms)
+{
+    return rd->jeopardy || rd->trouble_at >= ms;
+}
+
 static void enter_jeopardy(struct redis *rd)
 {
+    rd->trouble_at = now_ms();
     rd->clean = 0;
     if (rd->jeopardy)
         return;

@@ -45,6 +45,8 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 
 /* While a callback runs: when its call was sent (monotonic us); else 0. */
 uint64_t redis_answering_sent(const struct redis *rd);
+/* 1 when the link failed (went down, a call timed out or erred) at or since ms (monotonic). */
+int redis_trouble_since(const struct redis *rd, uint64_t ms);
 /* 1 while a `late` callback runs: its reply came after the call timed out. */
 int redis_answering_late(const struct redis *rd);
 /* Called by the renewal task as a cycle starts: checks the eviction policy again. */
