@@ -437,10 +437,9 @@ START_TEST(test_long_reply)
         H_REQ(c, "OK token=%d count=1", "LOCK big shared owner=%s%02d", owner, i);
     /* Pipelined: a reply dropped for its size would pair the next one with STATUS. */
     ck_assert_int_eq(h_send(c, "STATUS big\nPING"), 0);
-    r = H_REPLY(c, "OK {%*}", H_TIMEOUT);
+    r = H_REPLY(c, "OK {%*\"more\":%d}", H_TIMEOUT);
     len = strlen(r);
-    ck_assert_msg(len > 16384, "STATUS of 40 holders is only %zu bytes", len);
-    ck_assert_ptr_nonnull(strstr(r, "o39\""));
+    ck_assert_msg(len < 8192, "STATUS of 40 holders is %zu bytes", len);
     H_REPLY(c, "OK", H_TIMEOUT);
 }
 END_TEST

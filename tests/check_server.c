@@ -66,7 +66,7 @@ static int64_t ping_ms(struct h_conn *p)
 
 START_TEST(test_deadlock_long_chain)
 {
-    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--max-waits", "6000"));
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--max-waits", "6000", "--max-holds", "20000"));
     struct h_conn *cs[CHAIN_CONNS], *r = H_CLIENT(d, "name=r ttl=120s"), *q = H_CLIENT(d, "name=q");
     struct h_conn *p = H_CLIENT(d, "name=p");
 
