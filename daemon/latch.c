@@ -283,22 +283,24 @@ static void on_read(struct dlockd *d, redisReply *rep, void *arg)
     }
 }
 
+static void latch_release(struct dlockd *d, const char *name);
+
 static void on_reread(struct dlockd *d, redisReply *rep, void *arg)
 {
     char *name = arg;
-    struct latch *l = dict_get(d->latches, name);
+    struct latch *l;
+    size_t f;
 
-    if (rep && l && !TAILQ_EMPTY(&l->head)) {
-        size_t f = wait_apply_grants(d, rep);
-        if (redis_elem_int(rep, f) == 0)
-            latch_on_message(d, name);
-        else
+    if (rep) {
+        f = wait_apply_grants(d, rep);
+        if ((l = dict_get(d->latches, name)) != NULL && redis_elem_int(rep, f) == 0)
+            latch_release(d, name);
+        else if (l && !TAILQ_EMPTY(&l->head))
             watch_lapse(l, redis_elem_int(rep, f + 1));
     }
     free(name);
 }
 
-/* The latch's ttl ran out while awaiters wait here: a latch that is gone releases them. */
 static void on_lapse(struct deadline *dl)
 {
     struct latch *l = container_of(dl, struct latch, lapse);
@@ -349,7 +351,8 @@ void latch_await(struct req *r)
     }
 }
 
-void latch_on_message(struct dlockd *d, const char *name)
+/* Releases every awaiter of a latch that Redis says reached 0 or is gone. */
+static void latch_release(struct dlockd *d, const char *name)
 {
     struct latch *l = dict_get(d->latches, name);
     struct awaiter *a;
@@ -365,6 +368,16 @@ void latch_on_message(struct dlockd *d, const char *name)
             return;
     }
     latch_put(l);
+}
+
+void latch_on_message(struct dlockd *d, const char *name)
+{
+    struct latch *l = dict_get(d->latches, name);
+
+    /* Anyone who can PUBLISH can send this: the count is read before anyone is
+     * released. A burst of messages moves the one deadline, it does not add reads. */
+    if (l != NULL)
+        deadline_arm(d->deadlines, &l->lapse, now_ms());
 }
 
 static int free_one(const char *key, void *val, void *arg)

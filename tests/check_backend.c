@@ -302,6 +302,24 @@ START_TEST(test_jeopardy_told_on_hello)
 }
 END_TEST
 
+/* The latch channel is as open as the daemons' ones: a forged "reached 0" releases nobody
+ * until Redis says the count is 0. */
+START_TEST(test_forged_latch)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+
+    H_REQ(a, "OK count=2", "LATCH fl count=2");
+    ck_assert_int_eq(h_send(b, "#w AWAIT fl wait=10s"), 0);
+    H_REQ(a, "OK {%*\"count\":2%*}", "STATUS fl");
+    for (int i = 0; i < 100; i++)
+        free(h_redis_cmd(R->port, "PUBLISH", "dlock:latch", "fl", NULL));
+    ck_assert_ptr_null(h_reply_tag(b, "w", 1000));
+    H_REQ(a, "OK count=0", "COUNTDOWN fl n=2");
+    ck_assert_ptr_nonnull(h_reply_tag(b, "w", H_TIMEOUT));
+    ck_assert_str_eq(b->last, "#w OK");
+}
+END_TEST
+
 START_TEST(test_forged_grant)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -423,6 +441,7 @@ static Suite *backend_suite(void)
     tcase_add_checked_fixture(pubsub, h_setup_both, h_teardown);
     tcase_add_test(pubsub, test_jeopardy_told_on_hello);
     tcase_add_test(pubsub, test_forged_grant);
+    tcase_add_test(pubsub, test_forged_latch);
     tcase_add_test(pubsub, test_lease_end_flood);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
