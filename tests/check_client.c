@@ -624,6 +624,7 @@ static void fake_kill(struct fake *f)
     shutdown(f->lfd, SHUT_RDWR);
     fake_drop(f);
     pthread_join(f->t, NULL);
+    close(f->lfd);
 }
 
 START_TEST(test_error_codes)
@@ -661,7 +662,7 @@ START_TEST(test_error_codes)
         ck_assert_str_ne(dlock_strerror(e), "unknown error");
     ck_assert_str_eq(dlock_strerror(-99), "unknown error");
     dlock_close(h);
-    close(f.lfd);
+    fake_kill(&f); /* its thread uses f, on this stack */
 }
 END_TEST
 
@@ -1067,6 +1068,7 @@ START_TEST(test_hung_server_holds_lost_in_time)
     ck_assert_int_eq(dlock_held(h, "hung"), DLOCK_ERR_LOST);
     dlock_close(h);
     ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 1);
+    fake_kill(&f); /* its thread uses f, on this stack */
 }
 END_TEST
 
