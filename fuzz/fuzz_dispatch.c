@@ -30,8 +30,10 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
+#include "latch.h"
 #include "log.h"
 #include "redis.h"
 #include "session.h"
@@ -226,6 +228,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     D.deadlines = deadlines_new(D.base);
     D.sessions = dict_new();
     D.waits = dict_new();
+    D.deadlock = deadlock_new();
     D.names = dict_new();
     D.latches = dict_new();
     conn_init(&D);
@@ -301,6 +304,7 @@ static void teardown(void)
     conn_close_all(&D);
     session_free_all(&D);
     wait_free_all(&D);
+    latch_free_all(&D);
     run_loop();
     for (int k = 0; k < NCLIENTS; k++)
         client_free(&clients[k]);

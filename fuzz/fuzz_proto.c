@@ -98,6 +98,8 @@ static int format_req(const struct proto_req *r, char *buf, size_t cap)
         rc |= append(buf, cap, &n, " name=%s", r->client_name);
     if (r->has & PROTO_O_SESSION)
         rc |= append(buf, cap, &n, " session=%s", r->session);
+    if (r->has & PROTO_O_SECRET)
+        rc |= append(buf, cap, &n, " secret=%s", r->secret);
     if (r->has & PROTO_O_AUTH)
         rc |= append(buf, cap, &n, " auth=%s", r->auth);
     if (r->has & PROTO_O_ID)
@@ -133,7 +135,7 @@ static void same_req(const struct proto_req *a, const struct proto_req *b, const
         a->permits != b->permits || a->count != b->count || a->n != b->n)
         FAIL("round trip changed a number: '%s'", line);
     if (!str_eq(a->owner, b->owner) || !str_eq(a->client_name, b->client_name) || !str_eq(a->session, b->session) ||
-        !str_eq(a->auth, b->auth) || !str_eq(a->id, b->id))
+        !str_eq(a->secret, b->secret) || !str_eq(a->auth, b->auth) || !str_eq(a->id, b->id))
         FAIL("round trip changed a string option: '%s'", line);
 }
 
