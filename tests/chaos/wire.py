@@ -136,6 +136,7 @@ class Conn:
         if self.loose is not None and r.tag is None and not (r.kind == "SYNTAX" and self.badtag):
             # a wait cancelled by the half-close gets no reply: untagged replies cannot be paired
             self.loose -= 1
+            drv.record(dict(k="loose", c=self.cid, t=t, line=line))
             if not any(r.kind in q["expect"] for q in self.fifo):
                 drv.violation("reply", "c%d: %r fits none of the requests still waiting" % (self.cid, line), self)
             return
@@ -160,6 +161,11 @@ class Conn:
             return self.badtag.popleft()
         if not self.fifo:
             return None
+        while len(self.fifo) > 1 and grammar.check(self.fifo[0], r) and not grammar.check(self.fifo[1], r):
+            # the reply fits the next request and not this one: this one was never answered
+            lost = self.fifo.popleft()
+            self.drv.violation("lost", "c%d: no reply to %r, the next untagged request was answered" % (
+                self.cid, lost["line"][:120]), self)
         req = self.fifo.popleft()
         if self.fifo:
             self.fifo[0]["start"] = max(self.fifo[0]["t"], t)
