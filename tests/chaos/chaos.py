@@ -1,0 +1,596 @@
+#!/usr/bin/env python3
+"""chaos.py - a chaos client for dlockd: a few dozen connections send random protocol
+sequences (actors.py) over real sockets to the daemon of this build, while a nemesis pauses
+redis-server (SIGSTOP/SIGCONT), kills it and starts it again empty or from an old snapshot.
+Every line dlockd sends is checked as it arrives (wire.py: grammar, the reply the request may
+get, replies lost while the connection stays open, closes without a reason); each round's
+history is then checked for double grants, fencing tokens out of order, holds lost without a
+* LOST (model.py); each daemon must log no sanitizer report, never leak a session secret and
+exit 0 on SIGTERM.
+
+    chaos.py [--seconds S] [--seed N] [--out DIR] [--keep]
+
+The run is rounds of about 35 s, each with a fresh dlockd and its own settings (requirepass,
+lock-delay, session ttl). Environment: DLOCKD and REDIS_SERVER (paths), CHAOS_SECONDS (default
+150), CHAOS_SEED (default: random, printed), CHAOS_ACTORS (default 24). Exit status: 0 when
+nothing was found, 1 when something was (with the seed to replay it), 2 when the setup failed.
+"""
+
+import argparse
+import heapq
+import json
+import os
+import random
+import select
+import shutil
+import socket
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "faults"))
+import actors  # noqa: E402
+import model  # noqa: E402
+import wire  # noqa: E402
+from common import LineConn, free_port, redis_cmd, redis_ping  # noqa: E402
+from faults import SANITIZER_MARKS, Proc  # noqa: E402
+
+MS = 1_000_000
+S = 1_000_000_000
+ROUND_S = 36
+DRAIN_S = 15
+BACKEND_TIMEOUT_MS = 1000
+BOUND_MS = 2 * BACKEND_TIMEOUT_MS + 4000     # a reply that needs no waiting comes within this
+GRACE_MS = 5000 + BOUND_MS                   # after Redis is back: dlockd's reconnect backoff, then a reply
+VARIANTS = [
+    dict(name="plain"),
+    dict(name="requirepass", password=True),
+    dict(name="lock-delay", lock_delay=400, session_ttl=2000),
+    dict(name="requirepass, lock-delay", password=True, lock_delay=400),
+]
+MIX = ["worker"] * 14 + ["flaky"] * 5 + ["junk"] * 3 + ["thief"] * 2
+
+
+def log(msg):
+    print("chaos: " + msg, flush=True)
+
+
+class Redis:
+    """The redis-server of the run, which the nemesis pauses, kills and starts again."""
+
+    def __init__(self, binary, tmp):
+        self.binary, self.tmp = binary, tmp
+        self.port = free_port()
+        self.proc = None
+
+    def start(self, keep_data):
+        if not keep_data:
+            try:
+                os.unlink(os.path.join(self.tmp, "dump.rdb"))
+            except FileNotFoundError:
+                pass
+        self.proc = Proc([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no", "--dir", self.tmp, "--dbfilename", "dump.rdb"],
+                         os.path.join(self.tmp, "redis.log")).start()
+
+    def ready(self):
+        return redis_ping(self.port, timeout=0.2)
+
+    def restore(self):
+        """Running and answering again (a round may end in the middle of a fault)."""
+        if self.proc.paused:
+            self.proc.resume()
+        if not self.proc.alive():
+            self.start(keep_data=False)
+        deadline = time.monotonic() + 10
+        while not self.ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+
+class Nemesis:
+    """One fault at a time: pause (short or past the lock-lease), restart empty, restart from a
+    snapshot taken a few seconds before; waits for dlockd to be SAFE again before the next."""
+
+    def __init__(self, drv, rng):
+        self.drv, self.rng = drv, rng
+        self.state = "idle"
+        self.t = drv.now() + rng.randint(2500, 5000) * MS
+        self.saved = False
+        self.kind = None
+        self.count = {}
+
+    def tick(self, now):
+        d, r = self.drv, self.drv.redis
+        if now < self.t:
+            return
+        if self.state == "idle" and not d.stopping_faults:
+            k = self.rng.choice(["pause", "pause", "pause-long", "restart-empty", "restart-old", "save"])
+            if k == "restart-old" and not self.saved:
+                k = "save"
+            self.count[k] = self.count.get(k, 0) + 1
+            if k == "save":
+                redis_cmd(r.port, "SAVE")
+                self.saved = True
+                self.t = now + self.rng.randint(500, 3000) * MS
+                return
+            d.down(k)
+            if k.startswith("pause"):
+                r.proc.pause()
+                self.state = "paused"
+                self.t = now + (self.rng.randint(200, 900) if k == "pause" else self.rng.randint(2500, 4500)) * MS
+            else:
+                d.record(dict(k="redis", what="lost", t=d.now(), empty=k == "restart-empty"))
+                r.proc.kill()
+                self.saved = False
+                self.state = "dead"
+                self.t = now + self.rng.randint(0, 1500) * MS
+                self.kind = k
+        elif self.state == "paused":
+            r.proc.resume()
+            self.state = "waking"
+        elif self.state == "dead":
+            r.start(keep_data=self.kind == "restart-old")
+            self.state = "waking"
+        elif self.state == "waking":
+            if r.ready():
+                d.up()
+                self.state = "recovering"
+                self.since = now
+            else:
+                self.t = now + 50 * MS
+        elif self.state == "recovering":
+            if d.daemon_safe():
+                self.state = "idle"
+                self.t = now + self.rng.randint(1500, 5000) * MS
+            elif now - self.since > 20 * S:
+                d.violation("backend", "dlockd not back to SAFE 20 s after Redis came back")
+                self.state = "idle"
+            else:
+                self.t = now + 200 * MS
+
+    def settle(self, now):
+        """Ends a fault at once (the round is draining)."""
+        if self.state in ("paused", "dead"):
+            self.t = now
+            self.tick(now)
+
+    def quiet(self):
+        return self.state == "idle"
+
+
+class Driver:
+    def __init__(self, args, seed, rnd, variant, out):
+        self.args, self.seed, self.rnd, self.variant, self.out = args, seed, rnd, variant, out
+        self.rng = random.Random("%s/%d" % (seed, rnd))
+        self.password = ("pw-%d" % self.rng.randint(0, 1 << 30)) if variant.get("password") else None
+        self.secrets = None
+        self.secret_owner = {}  # secret -> session id
+        self.cfg = dict(session_ttl_ms=variant.get("session_ttl", 3000), ttl_min_ms=1000, ttl_max_ms=3600000,
+                        max_line=4096, preauth_max_line=512, lock_lease_ms=3000, lock_delay_ms=variant.get(
+                            "lock_delay", 0))
+        self.records = []
+        self.violations = []
+        self.conns = {}
+        self.sessions = []
+        self.timers = []
+        self.outages = []       # [down, up or None]
+        self.stopping = False
+        self.stopping_faults = False
+        self.ncid = 0
+        self.nreq = 0
+        self.stats = dict(requests=0, replies=0, events=0, connections=0)
+
+    # -- processes
+    def start(self, redis):
+        self.redis = redis
+        self.port = free_port()
+        self.logpath = os.path.join(self.out, "dlockd-%d.log" % self.rnd)
+        argv = [self.args.dlockd, "--listen", "127.0.0.1:%d" % self.port, "--redis", "127.0.0.1:%d" % redis.port,
+                "--session-ttl", "%dms" % self.cfg["session_ttl_ms"], "--lock-lease", "3s", "--backend-timeout",
+                "%dms" % BACKEND_TIMEOUT_MS, "--auth-fail-delay", "100ms", "--log-level", "debug"]
+        if self.password:
+            argv += ["--requirepass", self.password]
+        if self.cfg["lock_delay_ms"]:
+            argv += ["--lock-delay", "%dms" % self.cfg["lock_delay_ms"]]
+        self.daemon = Proc(argv, self.logpath).start()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                if not self.daemon.alive():
+                    break
+                time.sleep(0.05)
+        raise RuntimeError("dlockd did not start (see %s)" % self.logpath)
+
+    def daemon_safe(self):
+        """True when INFO says the backend is up and nobody is in jeopardy."""
+        try:
+            c = LineConn(("127.0.0.1", self.port), timeout=1.0)
+        except OSError:
+            return False
+        def ask(line):
+            c.send(line)
+            rep = "*"
+            while rep.startswith("*"):
+                rep = c.readline(2.0)
+                if rep is None:
+                    raise TimeoutError(line)
+            return rep
+        try:
+            if self.password:
+                ask("AUTH " + self.password)
+            info = json.loads(ask("INFO")[3:])
+            return info.get("backend") == "up" and not info.get("jeopardy")
+        except (OSError, EOFError, TimeoutError, ValueError):
+            return False
+        finally:
+            c.close()
+
+    # -- what wire.py and actors.py call
+    def now(self):
+        return time.monotonic_ns()
+
+    def record(self, rec):
+        rec.setdefault("t", self.now())
+        self.records.append(rec)
+
+    def record_req(self, r):
+        self.nreq += 1
+        r["r"] = self.nreq
+        self.stats["requests"] += 1
+        rec = dict(k="req", r=r["r"], c=r["c"], t=r["t"], s=r["s"], line=r["line"].decode("latin-1"), tc=r["tc"])
+        for k in ("verb", "names", "mode", "owner", "wait", "lease", "permits", "limit", "id", "all", "session",
+                  "ttl", "wellformed"):
+            if r.get(k) is not None:
+                rec[k] = r[k]
+        if r.get("target") is not None:
+            rec["target"] = r["target"].idx
+        self.records.append(rec)
+
+    def violation(self, kind, msg, conn=None):
+        self.violations.append((kind, msg))
+        if conn is not None and conn.state not in ("closed", "eof"):
+            conn.doomed = conn.doomed or "violation"
+            self.after(200, lambda: conn.close("after a violation"))
+
+    def leak_check(self, conn, line, r=None):
+        for secret, owner in self.secret_owner.items():
+            if secret in line and not (r is not None and r.fields.get("secret") == secret and
+                                       r.fields.get("session") == owner):
+                self.violation("secret", "c%d: the secret of session %s in %r" % (conn.cid, owner, line))
+
+    def bound(self, r):
+        if r["tc"] == "none" or r.get("wait") == "inf":
+            return None
+        b = BOUND_MS
+        if wire.may_wait(r):
+            b += r["wait"]
+        return b * MS
+
+    def deadline(self, start, bound, redis=True):
+        """When a reply is overdue; a request that needs Redis gets more time after an outage."""
+        d = start + bound
+        for down, up in self.outages if redis else ():
+            if down <= d and (up is None or up >= start):
+                if up is None:
+                    return float("inf")
+                d = max(d, up + GRACE_MS * MS)
+        return d
+
+    def down(self, why):
+        t = self.now()
+        self.outages.append([t, None])
+        self.record(dict(k="redis", what="down", t=t, why=why))
+
+    def up(self):
+        t = self.now()
+        for o in self.outages:
+            if o[1] is None:
+                o[1] = t
+        self.record(dict(k="redis", what="up", t=t))
+
+    def after(self, ms, fn):
+        heapq.heappush(self.timers, (self.now() + ms * MS, id(fn), fn))
+
+    def connect(self, actor, wild=False):
+        try:
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=1.0)
+        except OSError:
+            return None
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ncid += 1
+        sess = wire.Sess(len(self.sessions))
+        self.sessions.append(sess)
+        conn = wire.Conn(self, self.ncid, sock, actor, sess, wild)
+        conn.authed = True if self.password is None else False
+        sess.conn = conn
+        self.conns[conn.cid] = conn
+        self.stats["connections"] += 1
+        self.record(dict(k="open", c=conn.cid, s=sess.idx, t=conn.opened, wild=wild, port=sock.getsockname()[1]))
+        return conn
+
+    def detach(self, conn):
+        if conn.sess is not None and conn.sess.conn is conn:
+            conn.sess.conn = None
+
+    def hello_ok(self, conn, req, r, t):
+        f = r.fields
+        sid, secret = f.get("session"), f.get("secret")
+        if req.get("session"):
+            s = next((x for x in self.sessions if x.id == sid), None)
+            if sid != req["session"] or s is None:
+                return self.violation("reply", "c%d: resumed session %s when %s was asked" % (
+                    conn.cid, sid, req["session"]), conn)
+            old = s.conn
+            if old is not None and old is not conn and old.state in ("open", "shut"):
+                old.doomed = "moved"
+                old.moved_by = t + 3 * S
+                old.loose = 0 if old.loose is None else old.loose  # its waits end without a reply
+                old.sess = wire.Sess(len(self.sessions))
+                self.sessions.append(old.sess)
+            self.detach(conn)
+            conn.sess, s.conn = s, conn
+            self.record(dict(k="attach", c=conn.cid, s=s.idx, t=t))
+            if conn.actor.conn is conn:
+                conn.actor.sess = s
+        else:
+            s = conn.sess
+            if s.id is None:
+                s.id = sid
+                self.record(dict(k="sess", s=s.idx, id=sid, t=t))
+                if self.secrets is None:
+                    self.secrets = secret is not None
+                    log("round %d: the server %s session secrets" % (self.rnd, "hands out" if self.secrets else
+                                                                       "does not hand out (yet)"))
+                elif self.secrets != (secret is not None):
+                    self.violation("reply", "c%d: a new session's HELLO reply %s secret= unlike the first" % (
+                        conn.cid, "without" if self.secrets else "with"), conn)
+            elif s.id != sid:
+                return self.violation("reply", "c%d: HELLO names session %s, the connection has %s" % (
+                    conn.cid, sid, s.id), conn)
+        if secret:
+            s.secret = secret
+            self.secret_owner[secret] = sid
+        s.ttl = int(f["ttl"])
+
+    # -- the loop
+    def read_all(self):
+        """Reads every connection until a whole pass finds nothing; stamps what it read with
+        the time that pass began, so the stamps keep the order in which dlockd wrote lines
+        to different connections."""
+        got = {}
+        eofs = set()
+        while True:
+            t = self.now()
+            anything = False
+            for c in list(self.conns.values()):
+                if c.state not in ("open", "shut") or c in eofs:
+                    continue
+                while True:
+                    try:
+                        data = c.sock.recv(65536)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        data = b""
+                    if not data:
+                        eofs.add(c)
+                        anything = True
+                        break
+                    got.setdefault(c, []).append(data)
+                    anything = True
+            if not anything:
+                break
+        for c, chunks in got.items():
+            if c.state in ("open", "shut"):
+                c.feed(b"".join(chunks), t)
+        for c in eofs:
+            c.eof(t)
+            self.close_sock(c)
+
+    def close_sock(self, c):
+        try:
+            c.sock.close()
+        except OSError:
+            pass
+        self.conns.pop(c.cid, None)
+
+    def checks(self, now):
+        for c in list(self.conns.values()):
+            if c.state == "closed":
+                self.conns.pop(c.cid, None)
+                continue
+            r = c.overdue(now)
+            if r is not None and not self.stopping:
+                self.violation("lost", "c%d: no reply to %r within %.1f s (sent at %.3f s)" % (
+                    c.cid, r["line"][:120], (now - r["start"]) / S, (r["t"] - self.t0) / S), c)
+                c.close("reply overdue")
+                continue
+            if c.moved_by is not None and now > c.moved_by:
+                c.moved_by = None
+                self.violation("moved", "c%d: its session was resumed on another connection %s; no * BYE "
+                               "reason=moved and no close within 3 s" % (c.cid, "3 s ago"))
+                c.close("not moved")
+            elif c.shut_t is not None and c.state == "shut":
+                b = max([r["bound"] for r in c.pending() if r["bound"]] + [BOUND_MS * MS])
+                if now > self.deadline(c.shut_t, b) and not self.stopping:
+                    self.violation("lost", "c%d: half-closed %.1f s ago and never closed by the server; %s" % (
+                        c.cid, (now - c.shut_t) / S, c.pending_text()), c)
+                    c.close("half-close overdue")
+
+    def loop(self, until, acting):
+        while True:
+            now = self.now()
+            if now >= until():
+                return
+            while self.timers and self.timers[0][0] <= now:
+                heapq.heappop(self.timers)[2]()
+            self.nemesis.tick(now)
+            for a in self.actors:
+                if now >= a.next_t:
+                    if acting:
+                        a.step(now)
+                    else:
+                        a.heartbeat(now)
+            self.checks(now)
+            if not self.daemon.alive():
+                raise Crash("dlockd exited with status %s during the round" % self.daemon.p.returncode)
+            socks = [c.sock for c in self.conns.values() if c.state in ("open", "shut")]
+            wsocks = [c.sock for c in self.conns.values() if c.out and c.state == "open"]
+            nxt = min([a.next_t for a in self.actors] + [self.timers[0][0] if self.timers else now + 50 * MS,
+                                                         now + 50 * MS])
+            try:
+                _, w, _ = select.select(socks, wsocks, [], max(0, nxt - now) / S)
+            except (ValueError, OSError):
+                w = []
+            for c in list(self.conns.values()):
+                if c.sock in w:
+                    c.flush()
+            self.read_all()
+
+    def run(self):
+        self.t0 = self.now()
+        self.record(dict(k="start", t=self.t0))
+        self.nemesis = Nemesis(self, random.Random("%s/%d/nemesis" % (self.seed, self.rnd)))
+        n = int(os.environ.get("CHAOS_ACTORS", "24"))
+        mix = MIX * (n // len(MIX) + 1)
+        self.actors = [actors.KINDS[mix[i]](self, "%s%d" % (mix[i], i), mix[i],
+                                            random.Random("%s/%d/%d" % (self.seed, self.rnd, i))) for i in range(n)]
+        active_end = self.t0 + self.args.round_s * S
+        self.loop(lambda: active_end, True)
+        # drain: no more faults, no new requests but heartbeats; wait for the replies still due
+        self.stopping_faults = True
+        self.nemesis.settle(self.now())
+        drain_end = self.now() + DRAIN_S * S
+        self.loop(lambda: drain_end if self.draining() else 0, False)
+        self.record(dict(k="end", t=self.now()))
+        self.stopping = True
+
+    def draining(self):
+        if not self.nemesis.quiet():
+            return True
+        return any(r["bound"] is not None for c in self.conns.values() for r in c.pending()
+                   if c.state in ("open", "shut"))
+
+    def stop(self):
+        """SIGTERM: every connection must see * BYE reason=shutdown or a close, and dlockd exit 0."""
+        problems = []
+        if self.daemon.alive():
+            self.daemon.p.send_signal(15)
+            end = self.now() + 15 * S
+            while self.conns and self.now() < end:
+                socks = [c.sock for c in self.conns.values() if c.state in ("open", "shut")]
+                if not socks:
+                    break
+                select.select(socks, [], [], 0.1)
+                self.read_all()
+        st, killed = self.daemon.stop(timeout=15.0, term=False)
+        if killed:
+            problems.append(("exit", "dlockd did not exit within 15 s of SIGTERM"))
+        elif st != 0:
+            problems.append(("exit", "dlockd exited with status %s on SIGTERM" % st))
+        for c in list(self.conns.values()):
+            self.close_sock(c)
+        with open(self.logpath, errors="replace") as f:
+            text = f.read()
+        for m in SANITIZER_MARKS + ("runtime error",):
+            if m in text:
+                i = text.index(m)
+                problems.append(("sanitizer", "dlockd log has %r: %s" % (m, text[max(0, i - 200):i + 600])))
+                break
+        for secret, owner in self.secret_owner.items():
+            if secret in text:
+                problems.append(("secret", "the secret of session %s is in dlockd's log" % owner))
+        return problems
+
+
+class Crash(Exception):
+    pass
+
+
+def summarize(kinds):
+    return ", ".join("%s %d" % (k, n) for k, n in sorted(kinds.items())) or "none"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=int(os.environ.get("CHAOS_SECONDS") or 150))
+    ap.add_argument("--seed", type=int, default=int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED")
+                    else random.SystemRandom().randint(1, 999999))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    a.dlockd = os.environ.get("DLOCKD") or os.path.join(HERE, "..", "..", "daemon", "dlockd")
+    a.redis = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    rounds = max(1, round(a.seconds / ROUND_S))
+    a.round_s = max(5, a.seconds / rounds - 6)
+    out = a.out or tempfile.mkdtemp(prefix="dlockd-chaos.")
+    os.makedirs(out, exist_ok=True)
+    log("seed %d (replay: CHAOS_SEED=%d CHAOS_SECONDS=%d), %d round(s), logs in %s" % (
+        a.seed, a.seed, a.seconds, rounds, out))
+    if not a.redis or not os.access(a.dlockd, os.X_OK):
+        log("setup: need DLOCKD (%s) and redis-server (%s)" % (a.dlockd, a.redis))
+        return 2
+    redis = Redis(a.redis, out)
+    redis.start(keep_data=False)
+    found = []
+    try:
+        for rnd in range(rounds):
+            try:
+                redis.restore()
+            except RuntimeError as e:
+                log("setup: %s" % e)
+                return 2
+            variant = VARIANTS[rnd % len(VARIANTS)]
+            drv = Driver(a, a.seed, rnd, variant, out)
+            try:
+                drv.start(redis)
+            except RuntimeError as e:
+                log("setup: %s" % e)
+                drv.daemon.kill()
+                return 2
+            log("round %d (%s): %.0f s" % (rnd, variant["name"], a.round_s))
+            try:
+                drv.run()
+            except Crash as e:
+                drv.violation("crash", str(e))
+                drv.stopping = True
+            probs = drv.stop()
+            v = drv.violations + probs
+            with open(os.path.join(out, "round-%d.jsonl" % rnd), "w") as f:
+                for rec in drv.records:
+                    f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            v += model.check(drv.records, drv.cfg)
+            kinds = {}
+            for k, _ in v:
+                kinds[k] = kinds.get(k, 0) + 1
+            log("round %d: %d requests, %d connections, faults: %s; findings: %s" % (
+                rnd, drv.stats["requests"], drv.stats["connections"], summarize(drv.nemesis.count), summarize(kinds)))
+            shown = {}
+            for k, msg in v:
+                shown[k] = shown.get(k, 0) + 1
+                if shown[k] <= 5:
+                    log("  FAIL [%s] %s" % (k, msg))
+            found += v
+    finally:
+        if redis.proc:
+            redis.proc.kill()
+    if found:
+        log("FAILED: %d finding(s); seed %d; replay: CHAOS_SEED=%d CHAOS_SECONDS=%d make check-chaos; logs in %s" % (
+            len(found), a.seed, a.seed, a.seconds, out))
+        return 1
+    log("passed (seed %d)" % a.seed)
+    if not a.keep and not a.out:
+        shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
