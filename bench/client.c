@@ -309,7 +309,7 @@ static void rd_keys(const char *name, char keys[7][256])
         snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
 }
 
-/* EVALSHA sha 7 keys... prefix daemon 1 name args... */
+/* EVALSHA sha 7 keys... prefix daemon deadline(0: none) 1 name args... */
 static void rd_script(struct cl *c, int kind, const char *sha, const char *name, int nargs, const char **args,
                       cl_cb *cb, void *arg)
 {
@@ -325,6 +325,7 @@ static void rd_script(struct cl *c, int kind, const char *sha, const char *name,
         argv[n++] = keys[i];
     argv[n++] = BENCH_PREFIX;
     argv[n++] = c->b->daemon_id;
+    argv[n++] = "0";
     argv[n++] = "1";
     argv[n++] = name;
     for (int i = 0; i < nargs; i++)
@@ -380,21 +381,25 @@ void cl_heartbeat(struct cl *c)
 
 void cl_renew(struct cl *c, const char *name, cl_cb *cb, void *arg)
 {
-    char key[256], member[32], lease[16];
-    const char *argv[7];
+    static const char suffix[] = "hxqwm";
+    char keys[5][256], member[32], lease[16];
+    const char *argv[11];
+    int n = 0;
 
-    /* renew.lua: KEYS the expiry zsets; ARGV per key: n, then member lease pairs */
-    snprintf(key, sizeof(key), "%s{%s}:x", BENCH_PREFIX, name);
+    /* renew.lua: KEYS h x q w m of each name (their expiry moves on); ARGV per name: n, then member lease pairs */
+    for (int i = 0; i < 5; i++)
+        snprintf(keys[i], sizeof(keys[i]), "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
     snprintf(member, sizeof(member), "x%s", c->who);
     snprintf(lease, sizeof(lease), "%d", BENCH_LEASE_MS);
-    argv[0] = "EVALSHA";
-    argv[1] = c->b->sha_renew;
-    argv[2] = "1";
-    argv[3] = key;
-    argv[4] = "1";
-    argv[5] = member;
-    argv[6] = lease;
-    rd_send(c, K_RENEW, 7, argv, cb, arg);
+    argv[n++] = "EVALSHA";
+    argv[n++] = c->b->sha_renew;
+    argv[n++] = "5";
+    for (int i = 0; i < 5; i++)
+        argv[n++] = keys[i];
+    argv[n++] = "1";
+    argv[n++] = member;
+    argv[n++] = lease;
+    rd_send(c, K_RENEW, n, argv, cb, arg);
 }
 
 /* --- timers */
