@@ -45,13 +45,14 @@ NEVER_TOLD = 15_000 * MS
 class Ev:
     """One reply or request that tells something about a hold."""
     __slots__ = ("kind", "rid", "send", "read", "seq", "conn", "token", "value", "immediate", "new", "replay",
-                 "lease", "limit", "permits")
+                 "lease", "limit", "permits", "shared")
 
     def __init__(self, kind, req, rep, token=None, value=None, new=False, replay=None):
         self.kind, self.rid, self.send, self.conn = kind, req["r"], req["t"], req["c"]
         self.read, self.seq = (rep["t"], rep["q"]) if rep else (INF, INF)
         self.token, self.value, self.new, self.replay = token, value, new, replay
         self.permits = req.get("permits", 1)
+        self.shared = req.get("mode") == "s"  # an UNLOCK that named its mode
         self.immediate = not (req.get("verb") in ("LOCK", "ACQUIRE") and req.get("wait") not in (None, 0))
         self.lease = req.get("lease")
         self.limit = req.get("limit")
@@ -434,7 +435,9 @@ class Checker:
         out = []
         for g in evs:
             if g.replay == "yes" and out:
+                # an UNLOCK without `shared` ends a shared hold only when there is no exclusive one
                 ended = [e.read for e in sl["ends"] if e.kind in ("unlock", "notheld") and e.read < g.send and
+                         (key[3] != "s" or e.kind == "notheld" or e.shared or self.never_exclusive(key, e.read)) and
                          any(self.surely_after(e, o) for o in out)]
                 lost = self.lost.get((key[0], key[2], g.token))
                 if lost is not None and out[0].read < lost[0] < g.send:
@@ -446,6 +449,13 @@ class Checker:
                     continue
             out.append(g)
         return out
+
+    def never_exclusive(self, key, t):
+        """The session and owner asked for no exclusive hold of the name before t (but were
+        refused with BUSY): an UNLOCK without `shared` then acted on the shared hold."""
+        x = self.slots.get((key[0], key[1], key[2], "x"), dict(reqs=[]))
+        return all(self.reqs[r]["verb"] != "LOCK" or self.reqs[r]["t"] >= t or
+                   (r in self.reps and grammar.parse_reply(self.reps[r]["line"]).kind == "BUSY") for r in x["reqs"])
 
     def surely_after(self, e, g):
         """e ran after g: sent after g's reply was read, or answered after it on the same

@@ -3,8 +3,8 @@
 flag (a double grant, an ERR BACKEND that released anyway, a hold kept through * SAFE after
 Redis lost it, a token out of order, a stale replay, a semaphore over its limit) and
 legitimate ones it must pass (pipelined LOCK and UNLOCK, a grant after * JEOPARDY and
-* LOST, after a lease ran out, after the session may have expired); and lines grammar.py must
-refuse. Exit status 0 when every case gives what it should.
+* LOST, after a lease ran out, after the session may have expired, the replay of a shared
+grant that an UNLOCK of the exclusive hold left alone); and lines grammar.py must refuse. Exit status 0 when every case gives what it should.
 """
 
 import os
@@ -182,6 +182,17 @@ def case_stale_replay():
     h.req(30, 1, "LOCK x", "OK token=11 count=1")
     h.req(40, 0, "LOCK x id=i1", "OK token=10 count=1", id="i1")
     return h.check(), {"stale replay"}
+
+
+def case_replay_shared_kept():
+    h = History()
+    heartbeats(h, 0, 3000)
+    h.req(10, 0, "LOCK x", "OK token=10 count=1")
+    h.req(20, 0, "LOCK x shared id=i1", "OK token=11 count=1", id="i1")
+    h.req(30, 0, "UNLOCK x", "OK count=0")  # the exclusive hold: the shared one stays
+    h.req(40, 0, "LOCK x shared id=i1", "OK token=11 count=1", id="i1")
+    h.req(50, 1, "LOCK x shared", "OK token=12 count=1")
+    return h.check(), set()
 
 
 def case_semaphore():
