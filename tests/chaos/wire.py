@@ -259,9 +259,22 @@ class Conn:
         for r in cands:
             if "start" not in r or r["bound"] is None:
                 continue
-            if now > self.drv.deadline(r["start"], r["bound"]):
+            if now > self.drv.deadline(r["start"], r["bound"], needs_redis(r)):
                 return r
         return None
+
+
+REDIS_VERBS = ("LOCK", "UNLOCK", "ACQUIRE", "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS")
+
+
+def needs_redis(r):
+    """A request that may have to ask Redis (a malformed line too, if it names such a verb)."""
+    if r.get("verb"):
+        return r["verb"] in REDIS_VERBS
+    words = r["line"].split()
+    if words and words[0].startswith(b"#"):
+        words = words[1:]
+    return bool(words) and any(words[0].upper().startswith(v.encode()) for v in REDIS_VERBS)
 
 
 def may_wait(r):
