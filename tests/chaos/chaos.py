@@ -256,6 +256,7 @@ class Driver:
     def violation(self, kind, msg, conn=None):
         self.violations.append((kind, msg))
         if conn is not None and conn.state not in ("closed", "eof"):
+            conn.broken = True
             conn.doomed = conn.doomed or "violation"
             self.after(200, lambda: conn.close("after a violation"))
 

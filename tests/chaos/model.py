@@ -13,7 +13,7 @@
                     that was answered ERR BACKEND, TIMEOUT or BUSY that happened anyway)
   outlived          a session resumed long after its ttl had run out
 
-Input: the records chaos.py writes (req, rep, ev, open, close, eof, shut, attach, sess, redis,
+Input: the records chaos.py writes (req, rep, loose, ev, open, close, eof, shut, attach, sess, redis,
 start, end), in the order they happened. Requests of one connection may run in another order
 than they were sent (tagged ones at once, untagged ones one at a time), so a hold is built
 from evidence, not replayed step by step: every grant reply with its token proves the hold
@@ -166,7 +166,7 @@ class Checker:
     def on_start(self, rec):
         pass
 
-    on_shut = on_start
+    on_shut = on_loose = on_start
 
     def on_sess(self, rec):
         self.session(rec["s"]).id = rec["id"]
