@@ -569,6 +569,8 @@ def main():
                 for rec in drv.records:
                     f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             v += model.check(drv.records, drv.cfg)
+            with open(os.path.join(out, "findings-%d.txt" % rnd), "w") as f:
+                f.writelines("[%s] %s\n" % kv for kv in v)
             kinds = {}
             for k, _ in v:
                 kinds[k] = kinds.get(k, 0) + 1
