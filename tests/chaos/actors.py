@@ -311,12 +311,14 @@ class Actor:
         return rq.simple(rng, ctx, tag, "PING")
 
     def retry(self, old, tag):
-        """The same LOCK or ACQUIRE with the same id (a safe retry)."""
+        """The same LOCK or ACQUIRE with the same id (a safe retry): the same options, since
+        the reply of the first may be replayed (an untagged wait=inf is never sent)."""
         rng, ctx = self.rng, self.ctx()
+        if old["wait"] == "inf" and tag is None:
+            tag = self.conn.next_tag()
         if old["verb"] == "LOCK":
-            wait = old["wait"] if tag or old["wait"] != "inf" else 0
-            return rq.lock(rng, ctx, tag, old["names"], old["mode"] == "s", wait, old["lease"], old["owner"] or None,
-                           old["id"])
+            return rq.lock(rng, ctx, tag, old["names"], old["mode"] == "s", old["wait"], old["lease"],
+                           old["owner"] or None, old["id"])
         return rq.acquire(rng, ctx, tag, old["names"][0], old["limit"], old["permits"], old["wait"], old["lease"],
                           old["owner"] or None, old["id"])
 

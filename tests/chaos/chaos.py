@@ -256,6 +256,7 @@ class Driver:
     def violation(self, kind, msg, conn=None):
         self.violations.append((kind, msg))
         if conn is not None and conn.state not in ("closed", "eof"):
+            conn.broken = True
             conn.doomed = conn.doomed or "violation"
             self.after(200, lambda: conn.close("after a violation"))
 
@@ -568,6 +569,8 @@ def main():
                 for rec in drv.records:
                     f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             v += model.check(drv.records, drv.cfg)
+            with open(os.path.join(out, "findings-%d.txt" % rnd), "w") as f:
+                f.writelines("[%s] %s\n" % kv for kv in v)
             kinds = {}
             for k, _ in v:
                 kinds[k] = kinds.get(k, 0) + 1

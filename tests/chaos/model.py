@@ -436,7 +436,8 @@ class Checker:
         for g in evs:
             if g.replay == "yes" and out:
                 # an UNLOCK without `shared` ends a shared hold only when there is no exclusive one
-                ended = [e.read for e in sl["ends"] if e.kind in ("unlock", "notheld") and e.read < g.send and
+                ended = [e.read for e in sl["ends"] if e.kind in ("unlock", "notheld") and
+                         (e.read < g.send or self.surely_after(g, e)) and
                          (key[3] != "s" or e.kind == "notheld" or e.shared or self.never_exclusive(key, e.read)) and
                          any(self.surely_after(e, o) for o in out)]
                 lost = self.lost.get((key[0], key[2], g.token))

@@ -46,6 +46,7 @@ class Conn:
         self.shut_t = None
         self.loose = None             # half-closed behind a wait: untagged replies that must still come
         self.quit_sent = False
+        self.broken = False           # a violation was seen: its replies are no longer paired
         self.ntag = 0
         self.opened = drv.now()
 
@@ -131,8 +132,8 @@ class Conn:
         drv.leak_check(self, line, r)
         if r.kind in ("TOOBIG", "LIMIT"):
             self.explained.add(r.kind)
-        if self.wild:
-            return
+        if self.wild or self.broken:
+            return  # after a wrong reply, the replies that follow may be paired wrongly
         if self.loose is not None and r.tag is None and not (r.kind == "SYNTAX" and self.badtag):
             # a wait cancelled by the half-close gets no reply: untagged replies cannot be paired
             self.loose -= 1
@@ -146,6 +147,9 @@ class Conn:
         drv.record(dict(k="rep", c=self.cid, r=req["r"], t=t, line=line))
         why = grammar.check(req, r)
         if why:
+            nxt = self.fifo[0] if r.tag is None and self.fifo else None
+            if nxt is not None and not grammar.check(nxt, r):
+                why += " (or %r got no reply: this fits the next request, %r)" % (req["line"], nxt["line"])
             drv.violation("reply", "c%d: %s: %r -> %r" % (self.cid, why, req["line"], line), self)
         if r.kind == "NOAUTH" and req.get("auth_ok") is False:
             self.explained.add("wrong password")
@@ -255,7 +259,7 @@ class Conn:
     # -- deadlines
     def overdue(self, now):
         """The first request whose reply is overdue, or None (see Driver.deadline)."""
-        if self.wild or self.state in ("closed", "eof") or self.doomed == "moved":
+        if self.wild or self.broken or self.state in ("closed", "eof") or self.doomed == "moved":
             return None  # a connection whose session moved away is closed by the server, waits cancelled
         cands = list(self.tagged.values()) + list(self.badtag)
         if self.fifo and self.loose is None:
