@@ -165,11 +165,6 @@ class Conn:
             return self.badtag.popleft()
         if not self.fifo:
             return None
-        while len(self.fifo) > 1 and grammar.check(self.fifo[0], r) and not grammar.check(self.fifo[1], r):
-            # the reply fits the next request and not this one: this one was never answered
-            lost = self.fifo.popleft()
-            self.drv.violation("lost", "c%d: no reply to %r, the next untagged request was answered" % (
-                self.cid, lost["line"][:120]), self)
         req = self.fifo.popleft()
         if self.fifo:
             self.fifo[0]["start"] = max(self.fifo[0]["t"], t)
