@@ -245,7 +245,13 @@ static void on_timeout(struct deadline *dl)
 
 static void on_gone(struct req *r)
 {
-    finish(r->ctx, NULL);
+    struct awaiter *a = r->ctx;
+
+    /* After EOF an AWAIT still reading is answered if it need not wait, as a LOCK
+     * granted at once is; on_read drops it if it would have to wait. */
+    if (r->c && r->c->eof && !r->c->closing && a->reading)
+        return;
+    finish(a, NULL);
 }
 
 static void on_read(struct dlockd *d, redisReply *rep, void *arg)
@@ -278,6 +284,8 @@ static void on_read(struct dlockd *d, redisReply *rep, void *arg)
         finish(a, "OK");
     } else if (a->req->pr.wait_ms == 0) {
         finish(a, "TIMEOUT");
+    } else if (conn_gone(a->req->c)) {
+        finish(a, NULL);
     } else {
         watch_lapse(a->latch, redis_elem_int(rep, f + 1));
     }

@@ -115,11 +115,6 @@ static void on_unlock(struct dlockd *d, redisReply *rep, void *arg)
     }
     f = wait_apply_grants(d, rep);
     snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
-    if (strcmp(st, "WRONGTYPE") == 0) {
-        req_err(op->req, PROTO_EWRONGTYPE, "'%s' is in use as another type", redis_elem(rep, f, buf, sizeof(buf)));
-        free(op);
-        return;
-    }
     if (strcmp(st, "OK") != 0) {
         req_err(op->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner",
                 redis_elem(rep, f, buf, sizeof(buf)));

@@ -493,6 +493,20 @@ START_TEST(test_ids_bounded)
 }
 END_TEST
 
+/* A half-close answers what was sent and needs no waiting: an AWAIT with wait=0 too. */
+START_TEST(test_await_half_close)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+
+    H_REQ(a, "OK count=1", "LATCH hc count=1");
+    ck_assert_int_eq(h_send(b, "AWAIT hc\nAWAIT nolatch\nAWAIT hc wait=10s"), 0);
+    ck_assert_int_eq(shutdown(b->fd, SHUT_WR), 0);
+    H_REPLY(b, "TIMEOUT", H_TIMEOUT);
+    H_REPLY(b, "OK", H_TIMEOUT);
+    H_EOF(b, H_TIMEOUT); /* the AWAIT that would wait is dropped, as a LOCK that would queue */
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -504,6 +518,7 @@ static Suite *auth_suite(void)
     tcase_add_loop_test(tc, test_close_with_parked_repeat, 0, (int)(sizeof closes / sizeof closes[0]));
     tcase_add_test(tc, test_quit_with_parked_repeat_redis_down);
     tcase_add_test(tc, test_nothing_runs_after_quit);
+    tcase_add_test(tc, test_await_half_close);
     tcase_add_test(tc, test_resume_moves);
     tcase_add_test(tc, test_control_bytes);
     tcase_add_test(tc, test_long_reply);

@@ -4,17 +4,13 @@
 -- else shared), all (1 drops every count), token (empty, or the hold must
 -- have it), counts to drop (permits), lock-delay in ms (0: release now; else
 -- the hold stays, ownerless, that long).
--- Reply fields: OK counts modes free | NOTHELD name | WRONGTYPE name.
+-- Reply fields: OK counts modes free | NOTHELD name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
 local k, delay = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5])
 
+-- The type of a name is not looked at: on a name of another type the caller
+-- holds nothing of the kind asked for (PROTOCOL.md, "Names and types").
 local hids, holds, modes = {}, {}, {}
-for _, s in ipairs(S) do
-    local sem = redis.call('EXISTS', s.m) == 1
-    if redis.call('EXISTS', s.l) == 1 or (mode == 'p') ~= sem and (sem or redis.call('EXISTS', s.h, s.q) > 0) then
-        return reply('WRONGTYPE', s.name)
-    end
-end
 for i, s in ipairs(S) do
     local m = mode
     if m == '' then
