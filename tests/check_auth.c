@@ -507,6 +507,22 @@ START_TEST(test_await_half_close)
 }
 END_TEST
 
+/* A repeat parked behind its first request on the same connection is answered with it after a half-close. */
+START_TEST(test_repeat_half_close)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+
+    H_LOCK_NEW(a, "rh");
+    ck_assert_int_eq(h_send(b, "#a LOCK rh id=X\n#b LOCK rh id=X"), 0);
+    ck_assert_int_eq(shutdown(b->fd, SHUT_WR), 0);
+    ck_assert_ptr_nonnull(h_reply_tag(b, "a", H_TIMEOUT));
+    ck_assert_msg(h_match(b->last, "#a BUSY holder=alice ttl=%d"), "%s", b->last);
+    ck_assert_ptr_nonnull(h_reply_tag(b, "b", H_TIMEOUT));
+    ck_assert_msg(h_match(b->last, "#b BUSY holder=alice ttl=%d"), "%s", b->last);
+    H_EOF(b, H_TIMEOUT);
+}
+END_TEST
+
 static Suite *auth_suite(void)
 {
     Suite *s = suite_create("auth");
@@ -519,6 +535,7 @@ static Suite *auth_suite(void)
     tcase_add_test(tc, test_quit_with_parked_repeat_redis_down);
     tcase_add_test(tc, test_nothing_runs_after_quit);
     tcase_add_test(tc, test_await_half_close);
+    tcase_add_test(tc, test_repeat_half_close);
     tcase_add_test(tc, test_resume_moves);
     tcase_add_test(tc, test_control_bytes);
     tcase_add_test(tc, test_long_reply);
