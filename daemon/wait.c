@@ -33,7 +33,8 @@ static void wait_attach(struct wait *w, struct session *s)
 {
     w->s = s;
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
-    deadlock_add(w->d, w);
+    if (w->wait_ms != 0)
+        deadlock_add(w->d, w); /* one that never queues is in no chain of waits */
     s->nreserved += w->nnames;
     s->nwaits += w->wait_ms != 0;
     w->d->nreserved += (uint64_t)w->nnames;
@@ -47,7 +48,8 @@ static void wait_detach(struct wait *w)
     if (s == NULL)
         return;
     TAILQ_REMOVE(&s->waits, w, in_session);
-    deadlock_remove(w->d, w);
+    if (w->wait_ms != 0)
+        deadlock_remove(w->d, w);
     s->nreserved -= w->nnames;
     s->nwaits -= w->wait_ms != 0;
     w->d->nreserved -= (uint64_t)w->nnames;
