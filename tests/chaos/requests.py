@@ -69,6 +69,8 @@ def make(rng, ctx, verb, tag=None, names=(), opts=None, flags=(), expect=None, *
                wellformed=True)
     req.update(meta)
     exp = set(expect)
+    if any(k == "id" for k, _ in (opts or [])):
+        exp.add("NOSESSION")  # a repeat waiting for its first request when the session ends (PROTOCOL.md)
     na = ctx.noauth(verb)
     if na is not None:
         exp = na if na else exp | {"NOAUTH"}
