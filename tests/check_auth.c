@@ -9,24 +9,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-/* Polls `#st STATUS name` on c until "waiters" is exactly n. Returns 1, or 0 on timeout. */
-static int waiters_are(struct h_conn *c, const char *name, long long n, int timeout_ms)
-{
-    int64_t deadline = h_now_ms() + timeout_ms;
-
-    do {
-        const char *r;
-
-        if (h_send(c, "#st STATUS %s", name) < 0)
-            return 0;
-        r = h_reply_tag(c, "st", H_TIMEOUT);
-        if (r != NULL && h_json_int(r, "waiters") == n)
-            return 1;
-        h_sleep_ms(20);
-    } while (h_now_ms() < deadline);
-    return 0;
-}
-
 /* The number after "key": in INFO on c. */
 static long long info_int(struct h_conn *c, const char *key)
 {
@@ -59,7 +41,7 @@ static void after_close(struct h_conn *o, const char *lo)
 {
     struct h_conn *n;
 
-    ck_assert(waiters_are(o, lo, 0, 3000));
+    ck_assert(h_wait_waiters_eq(o, lo, 0, 3000));
     H_REQ(o, "OK count=0", "UNLOCK %s", lo);
     n = H_CLIENT(D, "name=newcomer");
     H_LOCK_NEW(n, lo);
@@ -121,7 +103,7 @@ START_TEST(test_nothing_runs_after_quit)
     ck_assert_int_eq(h_send_raw(c, lines, sizeof(lines) - 1), 0);
     H_REPLY(c, "OK", H_TIMEOUT);
     H_EOF(c, 3000);
-    ck_assert(waiters_are(o, "aq", 0, 1000));
+    ck_assert(h_wait_waiters_eq(o, "aq", 0, 1000));
 }
 END_TEST
 
@@ -205,7 +187,7 @@ START_TEST(test_resume_moves)
     H_REQ(b, pat, "HELLO session=%s secret=%s", a->session, a->secret);
     H_EVENT(a, "* BYE reason=moved", 3000);
     H_EOF(a, 3000);
-    ck_assert(waiters_are(o, "mv-w", 0, 3000));
+    ck_assert(h_wait_waiters_eq(o, "mv-w", 0, 3000));
     H_REQ(o, "OK count=0", "UNLOCK mv-w");
     snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
     H_REQ(b, pat, "LOCK mv");
@@ -380,7 +362,7 @@ START_TEST(test_max_queued)
     ck_assert_int_eq(h_send(c, "PING"), 0);
     H_REPLY(c, "ERR LIMIT more than 4 requests wait their turn (max-queued)", H_TIMEOUT);
     H_EOF(c, 3000);
-    ck_assert(waiters_are(o, "mq", 0, 3000));
+    ck_assert(h_wait_waiters_eq(o, "mq", 0, 3000));
 }
 END_TEST
 

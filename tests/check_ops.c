@@ -390,30 +390,6 @@ START_TEST(test_reload_bad_file)
 }
 END_TEST
 
-/* Runs `dlockd args...` expecting exit code want; returns its output in out. */
-#define RUN(out, want, ...) run_at(__FILE__, __LINE__, (out), sizeof(out), (want), H_ARGS(__VA_ARGS__))
-static void run_at(const char *file, int line, char *out, size_t cap, int want, const char *const *args)
-{
-    int st = h_dlockd_run(args, out, cap, 5000);
-
-    if (st < 0)
-        h_fail_at(file, line, "dlockd %s %s ... did not exit within 5 s; output: %s", args[0], args[1] ? args[1] : "",
-                  out);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != want)
-        h_fail_at(file, line, "dlockd %s %s ...: status %#x, expected exit %d; output: %s", args[0],
-                  args[1] ? args[1] : "", st, want, out);
-}
-
-/* Number of lines of text. */
-static int nlines(const char *text)
-{
-    int n = 0;
-
-    for (; *text != '\0'; text++)
-        n += *text == '\n';
-    return n;
-}
-
 START_TEST(test_test_config)
 {
     char good[300], bad[300], out[4096], want[400];
@@ -423,23 +399,24 @@ START_TEST(test_test_config)
     h_write_file(good, "# ok\nmaxclients 5\nlisten 127.0.0.1:7999\nadmin-listen 127.0.0.1:7998\n");
     h_write_file(bad, "maxclients 5\nno-such-key 1\n");
 
-    RUN(out, 0, "--test-config", good);
+    H_RUN(out, 0, "--test-config", good);
     ck_assert_str_eq(out, "OK\n");
-    RUN(out, 0, "--test-config", good, "--maxclients", "7");
+    H_RUN(out, 0, "--test-config", good, "--maxclients", "7");
     ck_assert_str_eq(out, "OK\n");
 
-    RUN(out, 1, "--test-config", bad);
+    H_RUN(out, 1, "--test-config", bad);
     snprintf(want, sizeof want, "%s:2: no-such-key", bad);
-    ck_assert_msg(strstr(out, want) != NULL && nlines(out) == 1, "expected one line naming '%s', got '%s'", want, out);
+    ck_assert_msg(strstr(out, want) != NULL && h_count_lines(out) == 1, "expected one line naming '%s', got '%s'", want,
+                  out);
     ck_assert_msg(strncmp(out, "OK", 2) != 0, "'%s'", out);
 
-    RUN(out, 1, "--test-config", good, "--maxclients", "0");
-    ck_assert_msg(strstr(out, "maxclients") != NULL && nlines(out) == 1, "got '%s'", out);
-    RUN(out, 1, "--test-config", "--log-target", "journal");
-    ck_assert_msg(strstr(out, "log-target") != NULL && nlines(out) == 1, "got '%s'", out);
-    RUN(out, 1, "--test-config", good, "--listen", "0.0.0.0:7997");
-    ck_assert_msg(strstr(out, "listen") != NULL && nlines(out) == 1, "got '%s'", out);
-    RUN(out, 0, "--test-config", good, "--listen", "0.0.0.0:7997", "--requirepass", "x");
+    H_RUN(out, 1, "--test-config", good, "--maxclients", "0");
+    ck_assert_msg(strstr(out, "maxclients") != NULL && h_count_lines(out) == 1, "got '%s'", out);
+    H_RUN(out, 1, "--test-config", "--log-target", "journal");
+    ck_assert_msg(strstr(out, "log-target") != NULL && h_count_lines(out) == 1, "got '%s'", out);
+    H_RUN(out, 1, "--test-config", good, "--listen", "0.0.0.0:7997");
+    ck_assert_msg(strstr(out, "listen") != NULL && h_count_lines(out) == 1, "got '%s'", out);
+    H_RUN(out, 0, "--test-config", good, "--listen", "0.0.0.0:7997", "--requirepass", "x");
     ck_assert_str_eq(out, "OK\n");
 }
 END_TEST
@@ -1103,8 +1080,8 @@ START_TEST(test_protected_mode)
     snprintf(listen, sizeof listen, "0.0.0.0:%d", port);
     snprintf(listen2, sizeof listen2, "0.0.0.0:%d", port2);
     snprintf(redis, sizeof redis, "127.0.0.1:%d", R->port);
-    RUN(out, 1, "--listen", listen, "--redis", redis);
-    ck_assert_msg(nlines(out) == 1 && strstr(out, "listen") != NULL, "expected one line naming listen, got '%s'", out);
+    H_RUN(out, 1, "--listen", listen, "--redis", redis);
+    ck_assert_msg(h_count_lines(out) == 1 && strstr(out, "listen") != NULL, "expected one line naming listen, got '%s'", out);
     ck_assert_ptr_null(h_connect_try(port));
 
     h_dlockd_start(R->port, H_ARGS("--listen", listen, "--protected-mode", "no"));

@@ -203,27 +203,6 @@ END_TEST
 
 /* ------------------------------------------------------------ protected mode */
 
-/* Runs `dlockd args...` (at most 5 s) expecting exit code want; its output goes to out. */
-#define RUN(out, want, ...) run_at(__FILE__, __LINE__, (out), sizeof(out), (want), H_ARGS(__VA_ARGS__))
-static void run_at(const char *file, int line, char *out, size_t cap, int want, const char *const *args)
-{
-    int st = h_dlockd_run(args, out, cap, 5000);
-
-    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != want)
-        h_fail_at(file, line, "dlockd %s %s ...: status %#x, expected exit %d; output: %s", args[0],
-                  args[1] ? args[1] : "", st, want, out);
-}
-
-/* Lines of text. */
-static int nlines(const char *text)
-{
-    int n = 0;
-
-    for (; *text != '\0'; text++)
-        n += *text == '\n';
-    return n;
-}
-
 /* Addresses are judged by value, not by how they are spelt. */
 START_TEST(test_protected_by_value)
 {
@@ -232,14 +211,14 @@ START_TEST(test_protected_by_value)
     char out[4096];
 
     for (size_t i = 0; i < sizeof loopback / sizeof loopback[0]; i++) {
-        RUN(out, 0, "--test-config", "--listen", loopback[i], "--admin-listen", loopback[i]);
+        H_RUN(out, 0, "--test-config", "--listen", loopback[i], "--admin-listen", loopback[i]);
         ck_assert_str_eq(out, "OK\n");
     }
     for (size_t i = 0; i < sizeof public / sizeof public[0]; i++) {
-        RUN(out, 1, "--test-config", "--listen", public[i]);
-        ck_assert_msg(strstr(out, "listen: a non-loopback address needs requirepass") && nlines(out) == 1,
+        H_RUN(out, 1, "--test-config", "--listen", public[i]);
+        ck_assert_msg(strstr(out, "listen: a non-loopback address needs requirepass") && h_count_lines(out) == 1,
                       "--listen %s: '%s'", public[i], out);
-        RUN(out, 0, "--test-config", "--listen", public[i], "--requirepass", "x");
+        H_RUN(out, 0, "--test-config", "--listen", public[i], "--requirepass", "x");
     }
 }
 END_TEST
@@ -414,10 +393,10 @@ START_TEST(test_admin_protected)
     char out[4096], admin[64];
 
     snprintf(admin, sizeof admin, "0.0.0.0:%d", h_free_port());
-    RUN(out, 1, "--listen", "127.0.0.1:7996", "--admin-listen", admin);
-    ck_assert_msg(strstr(out, "admin-listen: a non-loopback address needs requirepass") && nlines(out) == 1, "'%s'",
+    H_RUN(out, 1, "--listen", "127.0.0.1:7996", "--admin-listen", admin);
+    ck_assert_msg(strstr(out, "admin-listen: a non-loopback address needs requirepass") && h_count_lines(out) == 1, "'%s'",
                   out);
-    RUN(out, 0, "--test-config", "--admin-listen", admin, "--requirepass", "x");
+    H_RUN(out, 0, "--test-config", "--admin-listen", admin, "--requirepass", "x");
     ck_assert_str_eq(out, "OK\n");
 }
 END_TEST

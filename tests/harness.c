@@ -1303,21 +1303,55 @@ long long h_json_int(const char *json, const char *key)
     return v;
 }
 
-int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms)
+/* Polls STATUS until "waiters" reaches n (exact: equals it). */
+static int h_poll_waiters(struct h_conn *c, const char *name, long long n, int exact, int timeout_ms)
 {
     int64_t deadline = h_now_ms() + timeout_ms;
 
     do {
         const char *r;
+        long long w;
 
         if (h_send(c, "#st STATUS %s", name) < 0)
             return 0;
         r = h_reply_tag(c, "st", H_TIMEOUT);
-        if (r != NULL && h_json_int(r, "waiters") >= n)
+        w = r ? h_json_int(r, "waiters") : LLONG_MIN;
+        if (r != NULL && (exact ? w == n : w >= n))
             return 1;
         h_sleep_ms(20);
     } while (h_now_ms() < deadline);
     return 0;
+}
+
+int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms)
+{
+    return h_poll_waiters(c, name, n, 0, timeout_ms);
+}
+
+int h_wait_waiters_eq(struct h_conn *c, const char *name, long long n, int timeout_ms)
+{
+    return h_poll_waiters(c, name, n, 1, timeout_ms);
+}
+
+void h_dlockd_run_at(const char *file, int line, char *out, size_t cap, int want, const char *const *args)
+{
+    int st = h_dlockd_run(args, out, cap, 5000);
+
+    if (st < 0)
+        h_fail_at(file, line, "dlockd %s %s ... did not exit within 5 s; output: %s", args[0], args[1] ? args[1] : "",
+                  out);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != want)
+        h_fail_at(file, line, "dlockd %s %s ...: status %#x, expected exit %d; output: %s", args[0],
+                  args[1] ? args[1] : "", st, want, out);
+}
+
+int h_count_lines(const char *text)
+{
+    int n = 0;
+
+    for (; *text != '\0'; text++)
+        n += *text == '\n';
+    return n;
 }
 
 /* ------------------------------------------------------- files and HTTP */

@@ -213,6 +213,10 @@ int h_json_has(const char *json, const char *needle);
 long long h_json_int(const char *json, const char *key);
 /* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
 int h_wait_waiters(struct h_conn *c, const char *name, long long n, int timeout_ms);
+/* As h_wait_waiters, until "waiters" is exactly n (e.g. 0 once waits were cancelled). */
+int h_wait_waiters_eq(struct h_conn *c, const char *name, long long n, int timeout_ms);
+/* Number of lines ('\n') in text. */
+int h_count_lines(const char *text);
 
 /* ---- files and HTTP */
 
@@ -243,6 +247,9 @@ void h_eof_at(const char *file, int line, struct h_conn *c, int timeout_ms);
 long long h_kv_int_at(const char *file, int line, const char *reply, const char *key);
 
 #define H_FAIL(...) h_fail_at(__FILE__, __LINE__, __VA_ARGS__)
+void h_dlockd_run_at(const char *file, int line, char *out, size_t cap, int want, const char *const *args);
+/* Runs `dlockd args...` (h_dlockd_run, at most 5 s) and fails the test unless it exits with want. */
+#define H_RUN(out, want, ...) h_dlockd_run_at(__FILE__, __LINE__, (out), sizeof(out), (want), H_ARGS(__VA_ARGS__))
 /* Connects to port; fails the test when it cannot. */
 #define H_CONNECT(port) h_connect_at(__FILE__, __LINE__, (port))
 /* Connects to d and sends "HELLO hello_args" (may be ""); expects OK session=...; c->session and c->secret are set. */
