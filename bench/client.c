@@ -348,12 +348,12 @@ void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb,
         dl_send(c, line, len, 1, cb, arg);
         return;
     }
-    /* lock.lua: who mode client wid wait ttl lease bounded qttl (what dlockd passes, never waiting) */
+    /* lock.lua: who mode client wid wait ttl lease bounded qttl known (what dlockd passes, never waiting) */
     snprintf(wid, sizeof(wid), "%s.%llu", c->b->daemon_id, (unsigned long long)++c->b->seq);
     snprintf(lease, sizeof(lease), "%d", BENCH_LEASE_MS);
     snprintf(qttl, sizeof(qttl), "%d", BENCH_LEASE_MS * 2 / 3);
-    const char *args[] = { c->who, shared ? "s" : "x", "bench", wid, "0", lease, lease, "0", qttl };
-    rd_script(c, K_LOCK, c->b->sha_lock, name, 9, args, cb, arg);
+    const char *args[] = { c->who, shared ? "s" : "x", "bench", wid, "0", lease, lease, "0", qttl, "1" };
+    rd_script(c, K_LOCK, c->b->sha_lock, name, 10, args, cb, arg);
 }
 
 void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)

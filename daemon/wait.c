@@ -448,11 +448,41 @@ static void wait_number(struct wait *w)
     dict_set(d->waits, w->wid, w);
 }
 
+/*
+ * Whether this daemon knows of a hold of w's session and owner on name, or
+ * of another of their waits for it. A hold in Redis it knows nothing of
+ * came back with a Redis restored from an older snapshot after it was
+ * released: the script drops it rather than re-enter it, which would hand
+ * out its old token again.
+ */
+static int owner_known(const struct wait *w, const char *name)
+{
+    struct lname *ln = hold_name(w->d, name);
+    const struct hold *h;
+    const struct wait *o;
+
+    if (w->s == NULL)
+        return 1;
+    if (ln)
+        TAILQ_FOREACH(h, &ln->holds, in_name)
+            if (h->s == w->s && strcmp(h->hid + 1, w->hid + 1) == 0)
+                return 1;
+    TAILQ_FOREACH(o, &w->s->waits, in_session) {
+        if (o == w || strcmp(o->hid + 1, w->hid + 1) != 0)
+            continue;
+        for (int i = 0; i < o->nnames; i++)
+            if (strcmp(o->names[i], name) == 0)
+                return 1;
+    }
+    return 0;
+}
+
 void wait_submit(struct wait *w)
 {
     struct dlockd *d = w->d;
     char ttl[24], lease[24], qttl[24], k[24], limit[24], who[HID_MAX + 1], mode[2] = { w->hid[0], '\0' };
-    const char *args[10];
+    char known[PROTO_MAX_NAMES + 1];
+    const char *args[11];
     int64_t l = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease;
     char *wid;
     int n = 0, rc;
@@ -479,6 +509,10 @@ void wait_submit(struct wait *w)
         args[n++] = k;
         args[n++] = limit;
     }
+    for (int i = 0; i < w->nnames; i++)
+        known[i] = owner_known(w, w->names[i]) ? '1' : '0';
+    known[w->nnames] = '\0';
+    args[n++] = known;
     w->queued = 0;
     w->submitted = now_ms();
     rc = hold_script(d, w->kind == WAIT_SEM ? SCRIPT_ACQUIRE : SCRIPT_LOCK, w->nnames,

@@ -391,6 +391,50 @@ static long long cpu_settled(pid_t pid)
     }
 }
 
+/* Saves (back=0) or brings back (back=1) the keys of name that a Redis snapshot holds. */
+static void snapshot_keys(const char *name, int back)
+{
+    char key[128], saved[128];
+
+    for (const char *k = "hxtm"; *k; k++) {
+        snprintf(key, sizeof key, "dlock:{%s}:%c", name, *k);
+        snprintf(saved, sizeof saved, "dlock:{%s}:saved-%c", name, *k);
+        free(h_redis_cmd(R->port, "COPY", back ? saved : key, back ? key : saved, "REPLACE", NULL));
+    }
+}
+
+/* A Redis restored from an older snapshot brings back a hold released
+ * since: the next LOCK of that session and owner is a new hold with a new
+ * token, not a re-entry of the old one (fencing tokens only rise). */
+START_TEST(test_restored_hold_not_reentered)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice");
+    long long t1, t2;
+
+    t1 = H_LOCK_NEW(a, "rh");
+    snapshot_keys("rh", 0);
+    H_REQ(a, "OK count=0", "UNLOCK rh");
+    snapshot_keys("rh", 1);
+    ck_assert_int_eq(h_redis_int(R->port, "HLEN", "dlock:{rh}:h", NULL), 1);
+    t2 = H_LOCK_NEW(a, "rh");
+    ck_assert_int_gt(t2, t1);
+    H_REQ(a, "OK count=0", "UNLOCK rh");
+    H_REQ(a, "ERR NOTHELD %*", "UNLOCK rh");
+
+    t1 = H_KV_INT(H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE rs limit=2 permits=1"), "token");
+    snapshot_keys("rs", 0);
+    H_REQ(a, "OK held=0 free=2", "RELEASE rs");
+    snapshot_keys("rs", 1);
+    t2 = H_KV_INT(H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE rs limit=2 permits=1"), "token");
+    ck_assert_int_gt(t2, t1);
+    H_REQ(a, "OK held=0 free=2", "RELEASE rs");
+
+    /* A hold this daemon knows of is still re-entered. */
+    t1 = H_LOCK_NEW(a, "rh");
+    ck_assert_int_eq(H_KV_INT(H_REQ(a, "OK token=%d count=2", "LOCK rh"), "token"), t1);
+}
+END_TEST
+
 START_TEST(test_lease_end_flood)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -443,6 +487,7 @@ static Suite *backend_suite(void)
     tcase_add_test(pubsub, test_forged_grant);
     tcase_add_test(pubsub, test_forged_latch);
     tcase_add_test(pubsub, test_lease_end_flood);
+    tcase_add_test(pubsub, test_restored_hold_not_reentered);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
         suite_add_tcase(s, *tc);

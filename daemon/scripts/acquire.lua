@@ -1,13 +1,14 @@
 -- acquire.lua: takes, refuses or queues permits of a semaphore.
 -- ARGV from A: session:owner, client name, wid, wait (1 to queue), Redis
 -- lease of a grant now (ms), lease recorded with the hold, bounded, lease of
--- the queue entry (ms), permits, limit.
+-- the queue entry (ms), permits, limit, and 1 when the daemon knows of a
+-- hold or wait of session:owner on the name, else 0.
 -- Reply fields: OK token held free | BUSY free | WAIT retry-ms |
 -- WRONGTYPE name | MISMATCH limit.
 local who, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2]
 local wait, ttl, lease, bounded, qttl = ARGV[A + 3] == '1', tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]),
     ARGV[A + 6], tonumber(ARGV[A + 7])
-local k, limit = tonumber(ARGV[A + 8]), tonumber(ARGV[A + 9])
+local k, limit, known = tonumber(ARGV[A + 8]), tonumber(ARGV[A + 9]), ARGV[A + 10]
 local s, hid = S[1], 'p' .. who
 
 if redis.call('EXISTS', s.l) == 1
@@ -25,7 +26,11 @@ if wait and redis.call('ZSCORE', s.q, wid) then
 end
 
 -- Permits are FIFO: nobody, not even a holder, overtakes a waiter.
-local blocked, _, free = inspect(s, hid, k)
+local blocked, own, free = inspect(s, hid, k)
+if own and known == '0' then
+    drop_unknown(s, who, 'p')
+    blocked, own, free = inspect(s, hid, k)
+end
 if not blocked and redis.call('EXISTS', s.q) == 0 then
     local token, held = grant(s, hid, k, NOW + ttl, lease, bounded, DAEMON, wid, client)
     return reply('OK', token, held, free - k)

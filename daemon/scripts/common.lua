@@ -309,6 +309,19 @@ local function advance(s)
     end
 end
 
+-- Drops the holds of who on s in modes that its daemon knows nothing of: a
+-- Redis restored from an older snapshot brings back holds released since,
+-- and re-entering one would hand out its old token again.
+local function drop_unknown(s, who, modes)
+    for m in string.gmatch(modes, '.') do
+        if holding(s, m, who) then
+            drop_hold(s, m .. who)
+            redis.call('ZREM', s.x, m .. who)
+        end
+    end
+    advance(s)
+end
+
 -- Milliseconds until the earliest lease on these names that no one here
 -- will release runs out: another daemon's hold or waiter, or an expired
 -- session's hold kept for lock-delay. -1 when there is none. It reads only

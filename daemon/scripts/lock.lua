@@ -2,12 +2,14 @@
 -- all or nothing.
 -- ARGV from A: session:owner, mode (x or s), client name, wid, wait (1 to
 -- queue), Redis lease of a grant now (ms), lease recorded with the hold,
--- bounded (1 with lease=), lease of the queue entries (ms).
+-- bounded (1 with lease=), lease of the queue entries (ms), and per name 1
+-- when the daemon knows of a hold or wait of session:owner on it, else 0.
 -- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
 -- WRONGTYPE name | DEADLOCK.
 local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
 local wait, ttl, lease, bounded, qttl = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]),
     ARGV[A + 7], tonumber(ARGV[A + 8])
+local known = ARGV[A + 9]
 local hid = mode .. who
 
 for _, s in ipairs(S) do
@@ -25,6 +27,10 @@ local stuck
 local owns = {}
 for i, s in ipairs(S) do
     local blocked, own = inspect(s, hid, 1)
+    if own and string.sub(known, i, i) == '0' then
+        drop_unknown(s, who, 'xs')
+        blocked, own = inspect(s, hid, 1)
+    end
     owns[i] = own
     if blocked or (not own and redis.call('EXISTS', s.q) == 1) then
         stuck = s
