@@ -89,7 +89,7 @@ struct proto_req {
     const char *id;                   /* id= request id */
 };
 
-/* Incremental line splitter for a byte stream. */
+/* Incremental line splitter for a byte stream (the client's and the tests'; conn.c has its own). */
 struct proto_lines {
     char *buf;      /* bytes received; the pending ones start at buf + off */
     size_t off;     /* bytes at the front of buf already returned as lines */
@@ -120,7 +120,7 @@ enum proto_err proto_err_from_code(const char *code);
 const char *proto_verb_name(enum proto_verb v);
 
 /*
- * Parses a duration: an integer with optional suffix ms, s or m, up to
+ * Parses a duration: an integer with optional suffix ms, s, m or h, up to
  * PROTO_DURATION_MAX ms; "inf" when allow_inf (gives PROTO_WAIT_INF).
  * Returns 0 and sets *ms, or -1.
  */
