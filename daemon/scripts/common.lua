@@ -1,11 +1,14 @@
--- common.lua: the data model of locks and semaphores, prepended to every
--- script but renew.lua at build time.
+-- common.lua: the data model of locks and semaphores. The batch script is
+-- this file, then every operation's file as a function OPS.<op>(ARGV, A,
+-- NAMES, S), then batch.lua, which runs the operations of one batch in turn
+-- (embed.sh builds it).
 --
--- ARGV: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis time in ms,
--- 0 for none), 4 number of names N, 5..4+N the names, then the script's own
--- arguments from ARGV[A].
--- KEYS: the keys below of every name, in order (declared; the scripts
--- derive them from the names).
+-- ARGV of the batch: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis
+-- time in ms, 0 for none), 4 number of operations, then for each: its name,
+-- the number of names N, the N names, the number of its own arguments and
+-- those arguments, which the operation reads from ARGV[A].
+-- KEYS: the keys below of every name of every operation, in order
+-- (declared; the scripts derive them from the names).
 --
 -- Keys of a name, all sharing the hash tag {name}:
 --   h  hash   hid -> "count token since lease bounded daemon wid client"
@@ -24,17 +27,13 @@
 -- every script and every renewal moves that on, so the keys of a dead
 -- daemon go by themselves (t and l have expiries of their own).
 --
--- A script that starts after its deadline changes nothing and answers LATE.
--- Every reply: status, Redis time (ms), the names with more to hand on
+-- A batch that starts after its deadline changes nothing and answers LATE.
+-- Its reply: status, Redis time (ms), the names with more to hand on
 -- (space-separated), the number of grants, wid tokens counts free left of
--- each grant, then the script's own fields.
+-- each grant, then the reply of each operation: status, Redis time, "", 0,
+-- then the operation's own fields.
 
 local PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local NAMES = {}
-for i = 1, tonumber(ARGV[4]) do
-    NAMES[i] = ARGV[4 + i]
-end
-local A = 5 + #NAMES
 
 local time = redis.call('TIME')
 local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -377,21 +376,29 @@ local function expire(s)
     end
 end
 
--- The states of the request's names, purged and advanced.
-local S = {}
-for i, name in ipairs(NAMES) do
-    S[i] = state(name)
-end
-for _, s in ipairs(S) do
-    advance(s)
+-- The states of an operation's names, purged and advanced.
+local function prepare(names)
+    local S = {}
+    for i, name in ipairs(names) do
+        S[i] = state(name)
+    end
+    for _, s in ipairs(S) do
+        advance(s)
+    end
+    return S
 end
 
--- A script's reply (see the top). Leaves no empty waiter hash behind, and no
--- semaphore once nobody holds or waits; the keys of every name touched
+-- An operation's reply (see the top).
+local function reply(status, ...)
+    return { status, NOW, '', 0, ... }
+end
+
+-- The batch's reply (see the top). Leaves no empty waiter hash behind, and
+-- no semaphore once nobody holds or waits; the keys of every name touched
 -- expire after their last lease. The daemon that ran it goes on with the
 -- names that have more to hand on; the daemons of their first waiters hear
 -- of it too, in case it does not live to.
-local function reply(status, ...)
+local function finish(results)
     local more = {}
     for _, s in ipairs(ORDER) do
         if s.qchanged and redis.call('EXISTS', s.q) == 0 then
@@ -406,12 +413,12 @@ local function reply(status, ...)
         end
         expire(s)
     end
-    local r = { status, NOW, table.concat(more, ' '), #GRANTS / 5 }
+    local r = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
         table.insert(r, g)
     end
-    for _, f in ipairs({ ... }) do
-        table.insert(r, f)
+    for _, res in ipairs(results) do
+        table.insert(r, res)
     end
     return r
 end
@@ -419,3 +426,5 @@ end
 local function join(list)
     return table.concat(list, ',')
 end
+
+local OPS = {}
