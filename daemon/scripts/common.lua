@@ -136,9 +136,11 @@ local function purge(s)
     s.more = #dead == PURGE_MAX
 end
 
--- The state of a name: its keys, purged once per script.
+-- The state of a name: its keys. peek leaves it as it is in Redis, for
+-- the fast paths that read what they need; state purges it, once per batch,
+-- and marks it slow: tidied and given its expiry again at the end.
 local STATES, ORDER = {}, {}
-local function state(name)
+local function peek(name)
     local s = STATES[name]
     if s == nil then
         local b = PREFIX .. '{' .. name .. '}:'
@@ -146,6 +148,14 @@ local function state(name)
               m = b .. 'm', l = b .. 'l' }
         STATES[name] = s
         table.insert(ORDER, s)
+    end
+    return s
+end
+
+local function state(name)
+    local s = peek(name)
+    if not s.slow then
+        s.slow = true
         purge(s)
     end
     return s
@@ -206,6 +216,17 @@ local function blocker(s, hid)
     return f1, v1
 end
 
+-- Grants hid a new hold of k counts on s. Returns its token.
+local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+    local last = tonumber(redis.call('GET', s.t) or '0')
+    local token = num(math.max(last + 1, NOW_US))
+    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
+    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
+        bounded = bounded, daemon = daemon, wid = wid, client = client }))
+    redis.call('ZADD', s.x, expiry, hid)
+    return token
+end
+
 -- Grants hid k more counts on s (a new hold, or reentry). Returns token, count.
 local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     if string.sub(hid, 1, 1) == 'p' then
@@ -218,13 +239,7 @@ local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
         redis.call('HSET', s.h, hid, hold_encode(h))
         return h.token, h.count
     end
-    local last = tonumber(redis.call('GET', s.t) or '0')
-    local token = num(math.max(last + 1, NOW_US))
-    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
-    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
-        bounded = bounded, daemon = daemon, wid = wid, client = client }))
-    redis.call('ZADD', s.x, expiry, hid)
-    return token, k
+    return grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client), k
 end
 
 -- Grants made by this script: wid, tokens, counts (comma-joined per name),
@@ -395,23 +410,30 @@ end
 
 -- The batch's reply (see the top). Leaves no empty waiter hash behind, and
 -- no semaphore once nobody holds or waits; the keys of every name touched
--- expire after their last lease. The daemon that ran it goes on with the
--- names that have more to hand on; the daemons of their first waiters hear
--- of it too, in case it does not live to.
+-- expire after their last lease (a name only the fast paths touched has no
+-- other keys, and an UNLOCK moves no lease on). The daemon that ran it goes
+-- on with the names that have more to hand on; the daemons of their first
+-- waiters hear of it too, in case it does not live to.
 local function finish(results)
     local more = {}
     for _, s in ipairs(ORDER) do
-        if s.qchanged and redis.call('EXISTS', s.q) == 0 then
-            redis.call('DEL', s.w)
+        if s.slow then
+            if s.qchanged and redis.call('EXISTS', s.q) == 0 then
+                redis.call('DEL', s.w)
+            end
+            if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
+                redis.call('DEL', s.m)
+            end
+            if s.more then
+                table.insert(more, s.name)
+                tell_waiters(s, 0, 4, DAEMON)
+            end
+            expire(s)
+        elseif s.upto then
+            local at = num(s.upto + KEY_MARGIN_MS)
+            redis.call('PEXPIREAT', s.h, at)
+            redis.call('PEXPIREAT', s.x, at)
         end
-        if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
-            redis.call('DEL', s.m)
-        end
-        if s.more then
-            table.insert(more, s.name)
-            tell_waiters(s, 0, 4, DAEMON)
-        end
-        expire(s)
     end
     local r = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
