@@ -107,7 +107,7 @@ struct bench {
     struct opts o;
     char run[12];              /* random id in every name of this run */
     char daemon_id[17];        /* redis: stands for dlockd's id in the scripts' ARGV */
-    char sha_lock[41], sha_unlock[41], sha_renew[41];
+    char sha_batch[41], sha_renew[41];
     struct redisContext *ctl;  /* control link to Redis: INFO, SCRIPT LOAD */
     struct cl **cls;
     int ncl;

@@ -220,6 +220,9 @@ static enum status rd_status(struct cl *c, const redisReply *r, int kind)
     default:
         break;
     }
+    /* the batch script's reply ends with the reply of its one operation */
+    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0)
+        r = r->element[r->elements - 1];
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING) {
         bench_error(c->b, "connection %d: unexpected script reply", c->id);
         return ST_ERR;
@@ -309,17 +312,17 @@ static void rd_keys(const char *name, char keys[7][256])
         snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
 }
 
-/* EVALSHA sha 7 keys... prefix daemon deadline(0: none) 1 name args... */
-static void rd_script(struct cl *c, int kind, const char *sha, const char *name, int nargs, const char **args,
+/* EVALSHA batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name nargs args... */
+static void rd_script(struct cl *c, int kind, const char *op, const char *name, int nargs, const char **args,
                       cl_cb *cb, void *arg)
 {
-    char keys[7][256];
+    char keys[7][256], count[16];
     const char *argv[32];
     int n = 0;
 
     rd_keys(name, keys);
     argv[n++] = "EVALSHA";
-    argv[n++] = sha;
+    argv[n++] = c->b->sha_batch;
     argv[n++] = "7";
     for (int i = 0; i < 7; i++)
         argv[n++] = keys[i];
@@ -327,7 +330,11 @@ static void rd_script(struct cl *c, int kind, const char *sha, const char *name,
     argv[n++] = c->b->daemon_id;
     argv[n++] = "0";
     argv[n++] = "1";
+    argv[n++] = op;
+    argv[n++] = "1";
     argv[n++] = name;
+    snprintf(count, sizeof(count), "%d", nargs);
+    argv[n++] = count;
     for (int i = 0; i < nargs; i++)
         argv[n++] = args[i];
     rd_send(c, kind, n, argv, cb, arg);
@@ -353,7 +360,7 @@ void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb,
     snprintf(lease, sizeof(lease), "%d", BENCH_LEASE_MS);
     snprintf(qttl, sizeof(qttl), "%d", BENCH_LEASE_MS * 2 / 3);
     const char *args[] = { c->who, shared ? "s" : "x", "bench", wid, "0", lease, lease, "0", qttl, "1" };
-    rd_script(c, K_LOCK, c->b->sha_lock, name, 10, args, cb, arg);
+    rd_script(c, K_LOCK, "lock", name, 10, args, cb, arg);
 }
 
 void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
@@ -366,7 +373,7 @@ void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
     }
     /* unlock.lua: who mode(any) all token k delay */
     const char *args[] = { c->who, "", "0", "", "1", "0" };
-    rd_script(c, K_UNLOCK, c->b->sha_unlock, name, 6, args, cb, arg);
+    rd_script(c, K_UNLOCK, "unlock", name, 6, args, cb, arg);
 }
 
 void cl_heartbeat(struct cl *c)

@@ -43,8 +43,7 @@ static int load(struct bench *b, enum script_id id, char *sha)
 
 int sys_load_scripts(struct bench *b)
 {
-    if (load(b, SCRIPT_LOCK, b->sha_lock) || load(b, SCRIPT_UNLOCK, b->sha_unlock) ||
-        load(b, SCRIPT_RENEW, b->sha_renew))
+    if (load(b, SCRIPT_BATCH, b->sha_batch) || load(b, SCRIPT_RENEW, b->sha_renew))
         return -1;
     return 0;
 }

@@ -31,6 +31,7 @@ struct dlockd {
     char id[DLOCKD_ID_LEN + 1]; /* this daemon, in wids and its pub/sub channel */
     struct server *server;      /* listeners */
     struct redis *redis;        /* the Redis link */
+    struct batcher *batcher;    /* script operations of this turn of the loop (batch.c) */
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */
     struct event *watchdog;     /* feeds systemd's watchdog, when asked */

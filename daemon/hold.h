@@ -42,21 +42,18 @@ struct lname {
     const char *name;          /* d->names' copy of the key */
 };
 
-/* A script's reply (scripts/common.lua): status, Redis time in ms, the names
- * with more to hand on, the number of grants, REPLY_GRANT fields of each
- * grant (wid tokens counts free left), then the script's own fields. */
+/* The batch script's reply (scripts/common.lua): status, Redis time in ms,
+ * the names with more to hand on, the number of grants, REPLY_GRANT fields
+ * of each grant (wid tokens counts free left), then each operation's reply,
+ * laid out the same way with no grants, then the operation's own fields. */
 enum { REPLY_STATUS, REPLY_NOW, REPLY_MORE, REPLY_NGRANTS, REPLY_GRANTS };
 #define REPLY_GRANT 5
 
 /*
- * Runs a script on names: KEYS are their keys, ARGV the prefix, this
- * daemon's id, a deadline, the names and then args. Returns redis_script's
- * result. Redis runs it only until a quarter short of backend-timeout after
- * now (once a reply has shown Redis's clock): a call that starts later
- * changes nothing, and cb (then late, if given) gets NULL as for a timeout.
- * Names it left more to hand on are poked until nothing more fits.
+ * Runs operation op of the batch script on names, with a deadline: see
+ * batch_op, which it calls.
  */
-int hold_script(struct dlockd *d, enum script_id id, int nnames, const char *const *names, int nargs,
+int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names, int nargs,
                 const char **args, redis_cb *cb, redis_cb *late, void *arg);
 /* Formats the Redis key of name with suffix (a letter of "hxqwtml") into buf. */
 void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix);

@@ -158,7 +158,7 @@ static void latch_op(struct req *r, const char *op, long long n, long long ttl, 
 
     snprintf(nbuf, sizeof(nbuf), "%lld", n);
     snprintf(tbuf, sizeof(tbuf), "%lld", ttl);
-    if (hold_script(r->d, SCRIPT_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg) == 0)
+    if (hold_script(r->d, OP_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg) == 0)
         return;
     if (cb == on_create)
         count_created(r->d, r->sid, -1);
@@ -317,7 +317,7 @@ static void on_lapse(struct deadline *dl)
 
     if (name == NULL)
         fatalx("latch: out of memory");
-    if (hold_script(l->d, SCRIPT_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
+    if (hold_script(l->d, OP_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
         free(name);
 }
 
@@ -350,7 +350,7 @@ void latch_await(struct req *r)
     r->gone = on_gone;
     r->ctx = a;
     /* Registered first: a count that reaches 0 after the read is announced to us. */
-    if (hold_script(d, SCRIPT_LATCH, 1, r->pr.names, 3, (const char *[]){ "read", "0", "0" }, on_read, NULL, a)) {
+    if (hold_script(d, OP_LATCH, 1, r->pr.names, 3, (const char *[]){ "read", "0", "0" }, on_read, NULL, a)) {
         a->reading = 0;
         r->gone = NULL;
         a->req = NULL;

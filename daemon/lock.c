@@ -40,7 +40,7 @@ static struct op *op_new(struct req *r, const char *sid)
     return op;
 }
 
-static int script_or_backend(struct op *op, enum script_id id, int nargs, const char **args, redis_cb *cb)
+static int script_or_backend(struct op *op, enum op_id id, int nargs, const char **args, redis_cb *cb)
 {
     if (hold_script(op->req->d, id, op->nnames, op->names, nargs, args, cb, NULL, op) == 0)
         return 0;
@@ -143,7 +143,7 @@ void lock_unlock(struct req *r)
     const char *args[] = { op->who, (r->pr.flags & PROTO_F_SHARED) ? "s" : "", (r->pr.flags & PROTO_F_ALL) ? "1" : "0",
                            "", "1", "0" };
 
-    script_or_backend(op, SCRIPT_UNLOCK, 6, args, on_unlock);
+    script_or_backend(op, OP_UNLOCK, 6, args, on_unlock);
 }
 
 void lock_release(struct req *r)
@@ -153,7 +153,7 @@ void lock_release(struct req *r)
     const char *args[] = { op->who, "p", "0", "", k, "0" };
 
     snprintf(k, sizeof(k), "%lld", (long long)r->pr.permits);
-    script_or_backend(op, SCRIPT_UNLOCK, 6, args, on_unlock);
+    script_or_backend(op, OP_UNLOCK, 6, args, on_unlock);
 }
 
 /* --- STATUS */
@@ -243,5 +243,5 @@ static void on_status(struct dlockd *d, redisReply *rep, void *arg)
 
 void lock_status(struct req *r)
 {
-    script_or_backend(op_new(r, r->sid), SCRIPT_STATUS, 0, NULL, on_status);
+    script_or_backend(op_new(r, r->sid), OP_STATUS, 0, NULL, on_status);
 }

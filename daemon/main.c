@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "admin.h"
+#include "batch.h"
 #include "conn.h"
 #include "deadlock.h"
 #include "dict.h"
@@ -132,6 +133,7 @@ static void watchdog_start(struct dlockd *d)
  * quickly does not hand their locks to others meanwhile. */
 static void dlockd_free(struct dlockd *d)
 {
+    batch_close(d);
     if (d->redis)
         redis_close(d->redis);
     server_close(d);

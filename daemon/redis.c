@@ -316,6 +316,12 @@ static void release_held(struct redis *rd)
     }
 }
 
+int redis_accepts(const struct redis *rd)
+{
+    /* Requests that come while dlockd first connects wait for it; later, a link that is not up fails them at once. */
+    return redis_up(rd) || (rd->state == LINK_HANDSHAKE && rd->shown == SHOWN_NOTHING);
+}
+
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg)
 {
@@ -324,8 +330,7 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     char nk[16];
     int n = argc + 3;
 
-    /* Requests that come while dlockd first connects wait for it; later, a link that is not up fails them at once. */
-    if (!redis_up(rd) && (rd->state != LINK_HANDSHAKE || rd->shown != SHOWN_NOTHING))
+    if (!redis_accepts(rd))
         return -1;
     if ((call = calloc(1, sizeof(*call))) == NULL || (all = malloc((size_t)n * sizeof(*all))) == NULL)
         fatalx("redis: out of memory");

@@ -34,6 +34,8 @@ const char *redis_error(const struct redis *rd);
 /* Why redis_script cannot run now, as the text of an ERR BACKEND. */
 const char *redis_unavailable(const struct redis *rd);
 
+/* 1 when redis_script may be called now. */
+int redis_accepts(const struct redis *rd);
 /*
  * Runs a script with argv[0..nkeys) as KEYS and the rest as ARGV (all
  * copied). cb is called exactly once, never before this returns. While

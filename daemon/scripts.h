@@ -3,15 +3,21 @@
 #define DLOCKD_SCRIPTS_H
 
 enum script_id {
-    SCRIPT_ACQUIRE,
-    SCRIPT_CANCEL,
-    SCRIPT_LATCH,
-    SCRIPT_LOCK,
-    SCRIPT_POKE,
+    SCRIPT_BATCH, /* runs operations on names, see scripts/common.lua */
     SCRIPT_RENEW,
-    SCRIPT_STATUS,
-    SCRIPT_UNLOCK,
     SCRIPT_COUNT
+};
+
+/* The operations of the batch script, one file each in scripts/. */
+enum op_id {
+    OP_ACQUIRE,
+    OP_CANCEL,
+    OP_LATCH,
+    OP_LOCK,
+    OP_POKE,
+    OP_STATUS,
+    OP_UNLOCK,
+    OP_COUNT
 };
 
 struct script {
@@ -21,5 +27,6 @@ struct script {
 };
 
 extern struct script scripts[SCRIPT_COUNT];
+extern const char *const op_names[OP_COUNT];
 
 #endif

@@ -239,7 +239,7 @@ static void confirm(struct wait *w)
         return;
     }
     wid = wid_copy(w);
-    if (hold_script(w->d, SCRIPT_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_confirmed, NULL,
+    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_confirmed, NULL,
                     wid)) {
         free(wid); /* the link is down: the renewal checks the wait when it is back */
         return;
@@ -515,7 +515,7 @@ void wait_submit(struct wait *w)
     args[n++] = known;
     w->queued = 0;
     w->submitted = now_ms();
-    rc = hold_script(d, w->kind == WAIT_SEM ? SCRIPT_ACQUIRE : SCRIPT_LOCK, w->nnames,
+    rc = hold_script(d, w->kind == WAIT_SEM ? OP_ACQUIRE : OP_LOCK, w->nnames,
                      (const char *const *)w->names, n, args, on_submit, on_submit_late, wid);
     if (rc) {
         struct req *r = wait_take_req(w);
@@ -555,7 +555,7 @@ static void on_retry(struct deadline *dl)
     struct wait *w = container_of(dl, struct wait, retry);
     char *wid = wid_copy(w);
 
-    if (hold_script(w->d, SCRIPT_POKE, w->nnames, (const char *const *)w->names, 0, NULL, on_poke, NULL, wid))
+    if (hold_script(w->d, OP_POKE, w->nnames, (const char *const *)w->names, 0, NULL, on_poke, NULL, wid))
         free(wid);
 }
 
@@ -611,7 +611,7 @@ static void wait_cancel(struct wait *w)
     w->cancelling = 1;
     deadline_cancel(w->d->deadlines, &w->retry);
     wid = wid_copy(w);
-    if (hold_script(w->d, SCRIPT_CANCEL, w->nnames, (const char *const *)w->names, 2, args, on_cancel, NULL, wid)) {
+    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 2, args, on_cancel, NULL, wid)) {
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)

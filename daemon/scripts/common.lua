@@ -1,11 +1,14 @@
--- common.lua: the data model of locks and semaphores, prepended to every
--- script but renew.lua at build time.
+-- common.lua: the data model of locks and semaphores. The batch script is
+-- this file, then every operation's file as a function OPS.<op>(ARGV, A,
+-- NAMES, S), then batch.lua, which runs the operations of one batch in turn
+-- (embed.sh builds it).
 --
--- ARGV: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis time in ms,
--- 0 for none), 4 number of names N, 5..4+N the names, then the script's own
--- arguments from ARGV[A].
--- KEYS: the keys below of every name, in order (declared; the scripts
--- derive them from the names).
+-- ARGV of the batch: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis
+-- time in ms, 0 for none), 4 number of operations, then for each: its name,
+-- the number of names N, the N names, the number of its own arguments and
+-- those arguments, which the operation reads from ARGV[A].
+-- KEYS: the keys below of every name of every operation, in order
+-- (declared; the scripts derive them from the names).
 --
 -- Keys of a name, all sharing the hash tag {name}:
 --   h  hash   hid -> "count token since lease bounded daemon wid client"
@@ -24,17 +27,13 @@
 -- every script and every renewal moves that on, so the keys of a dead
 -- daemon go by themselves (t and l have expiries of their own).
 --
--- A script that starts after its deadline changes nothing and answers LATE.
--- Every reply: status, Redis time (ms), the names with more to hand on
+-- A batch that starts after its deadline changes nothing and answers LATE.
+-- Its reply: status, Redis time (ms), the names with more to hand on
 -- (space-separated), the number of grants, wid tokens counts free left of
--- each grant, then the script's own fields.
+-- each grant, then the reply of each operation: status, Redis time, "", 0,
+-- then the operation's own fields.
 
 local PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local NAMES = {}
-for i = 1, tonumber(ARGV[4]) do
-    NAMES[i] = ARGV[4 + i]
-end
-local A = 5 + #NAMES
 
 local time = redis.call('TIME')
 local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -137,9 +136,11 @@ local function purge(s)
     s.more = #dead == PURGE_MAX
 end
 
--- The state of a name: its keys, purged once per script.
+-- The state of a name: its keys. peek leaves it as it is in Redis, for
+-- the fast paths that read what they need; state purges it, once per batch,
+-- and marks it slow: tidied and given its expiry again at the end.
 local STATES, ORDER = {}, {}
-local function state(name)
+local function peek(name)
     local s = STATES[name]
     if s == nil then
         local b = PREFIX .. '{' .. name .. '}:'
@@ -147,6 +148,14 @@ local function state(name)
               m = b .. 'm', l = b .. 'l' }
         STATES[name] = s
         table.insert(ORDER, s)
+    end
+    return s
+end
+
+local function state(name)
+    local s = peek(name)
+    if not s.slow then
+        s.slow = true
         purge(s)
     end
     return s
@@ -207,6 +216,17 @@ local function blocker(s, hid)
     return f1, v1
 end
 
+-- Grants hid a new hold of k counts on s. Returns its token.
+local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+    local last = tonumber(redis.call('GET', s.t) or '0')
+    local token = num(math.max(last + 1, NOW_US))
+    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
+    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
+        bounded = bounded, daemon = daemon, wid = wid, client = client }))
+    redis.call('ZADD', s.x, expiry, hid)
+    return token
+end
+
 -- Grants hid k more counts on s (a new hold, or reentry). Returns token, count.
 local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     if string.sub(hid, 1, 1) == 'p' then
@@ -219,13 +239,7 @@ local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
         redis.call('HSET', s.h, hid, hold_encode(h))
         return h.token, h.count
     end
-    local last = tonumber(redis.call('GET', s.t) or '0')
-    local token = num(math.max(last + 1, NOW_US))
-    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
-    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
-        bounded = bounded, daemon = daemon, wid = wid, client = client }))
-    redis.call('ZADD', s.x, expiry, hid)
-    return token, k
+    return grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client), k
 end
 
 -- Grants made by this script: wid, tokens, counts (comma-joined per name),
@@ -377,41 +391,56 @@ local function expire(s)
     end
 end
 
--- The states of the request's names, purged and advanced.
-local S = {}
-for i, name in ipairs(NAMES) do
-    S[i] = state(name)
-end
-for _, s in ipairs(S) do
-    advance(s)
+-- The states of an operation's names, purged and advanced.
+local function prepare(names)
+    local S = {}
+    for i, name in ipairs(names) do
+        S[i] = state(name)
+    end
+    for _, s in ipairs(S) do
+        advance(s)
+    end
+    return S
 end
 
--- A script's reply (see the top). Leaves no empty waiter hash behind, and no
--- semaphore once nobody holds or waits; the keys of every name touched
--- expire after their last lease. The daemon that ran it goes on with the
--- names that have more to hand on; the daemons of their first waiters hear
--- of it too, in case it does not live to.
+-- An operation's reply (see the top).
 local function reply(status, ...)
+    return { status, NOW, '', 0, ... }
+end
+
+-- The batch's reply (see the top). Leaves no empty waiter hash behind, and
+-- no semaphore once nobody holds or waits; the keys of every name touched
+-- expire after their last lease (a name only the fast paths touched has no
+-- other keys, and an UNLOCK moves no lease on). The daemon that ran it goes
+-- on with the names that have more to hand on; the daemons of their first
+-- waiters hear of it too, in case it does not live to.
+local function finish(results)
     local more = {}
     for _, s in ipairs(ORDER) do
-        if s.qchanged and redis.call('EXISTS', s.q) == 0 then
-            redis.call('DEL', s.w)
+        if s.slow then
+            if s.qchanged and redis.call('EXISTS', s.q) == 0 then
+                redis.call('DEL', s.w)
+            end
+            if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
+                redis.call('DEL', s.m)
+            end
+            if s.more then
+                table.insert(more, s.name)
+                tell_waiters(s, 0, 4, DAEMON)
+            end
+            expire(s)
+        elseif s.upto then
+            local at = num(s.upto + KEY_MARGIN_MS)
+            redis.call('PEXPIREAT', s.h, at)
+            redis.call('PEXPIREAT', s.x, at)
         end
-        if s.hchanged and redis.call('EXISTS', s.h, s.q) == 0 then
-            redis.call('DEL', s.m)
-        end
-        if s.more then
-            table.insert(more, s.name)
-            tell_waiters(s, 0, 4, DAEMON)
-        end
-        expire(s)
     end
-    local r = { status, NOW, table.concat(more, ' '), #GRANTS / 5 }
+    local r = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }
     for _, g in ipairs(GRANTS) do
         table.insert(r, g)
     end
-    for _, f in ipairs({ ... }) do
-        table.insert(r, f)
+    for _, res in ipairs(results) do
+        table.insert(r, res)
     end
     return r
 end
@@ -419,3 +448,5 @@ end
 local function join(list)
     return table.concat(list, ',')
 end
+
+local OPS = {}

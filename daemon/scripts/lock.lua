@@ -12,6 +12,28 @@ local wait, ttl, lease, bounded, qttl = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]
 local known = ARGV[A + 9]
 local hid = mode .. who
 
+-- The fast path: no name has a hold, a waiter, or another type.
+if S == nil then
+    local free = true
+    for _, name in ipairs(NAMES) do
+        local s = peek(name)
+        if redis.call('EXISTS', s.h, s.q, s.m, s.l) > 0 then
+            free = false
+            break
+        end
+    end
+    if free then
+        local tokens, counts = {}, {}
+        for i, name in ipairs(NAMES) do
+            local s = peek(name)
+            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client), 1
+            s.upto = math.max(s.upto or 0, NOW + ttl)
+        end
+        return reply('OK', join(tokens), join(counts), 0)
+    end
+    S = prepare(NAMES)
+end
+
 for _, s in ipairs(S) do
     if redis.call('EXISTS', s.l, s.m) > 0 then
         return reply('WRONGTYPE', s.name)

@@ -8,6 +8,35 @@
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
 local k, delay = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5])
 
+-- The fast path: a live hold of one lock, released now; its name is handed
+-- on only when someone waits.
+if S == nil then
+    if #NAMES == 1 and mode ~= 'p' and delay == 0 then
+        local s, m, v = peek(NAMES[1]), mode, nil
+        if m == '' then
+            v = redis.call('HGET', s.h, 'x' .. who)
+            m = v and 'x' or 's'
+        end
+        v = v or redis.call('HGET', s.h, m .. who)
+        local ends = v and redis.call('ZSCORE', s.x, m .. who)
+        local h = ends and tonumber(ends) > NOW and hold_decode(v)
+        if h and (token == '' or h.token == token) and (all or k <= h.count) then
+            h.count = all and 0 or h.count - k
+            if h.count > 0 then
+                redis.call('HSET', s.h, m .. who, hold_encode(h))
+            else
+                redis.call('HDEL', s.h, m .. who)
+                redis.call('ZREM', s.x, m .. who)
+                if redis.call('EXISTS', s.q) == 1 then
+                    prepare(NAMES)
+                end
+            end
+            return reply('OK', h.count, m, 0)
+        end
+    end
+    S = prepare(NAMES)
+end
+
 -- The type of a name is not looked at: on a name of another type the caller
 -- holds nothing of the kind asked for (PROTOCOL.md, "Names and types").
 local hids, holds, modes = {}, {}, {}

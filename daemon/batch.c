@@ -1,0 +1,333 @@
+/* batch.c - gathers the script operations of one turn of the event loop
+ * into one call of the batch script (scripts/common.lua), and hands each
+ * operation its own part of the reply. One call costs Redis far less than
+ * one per request: a script call's fixed cost is paid once per turn. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "batch.h"
+#include "dlockd.h"
+#include "hold.h"
+#include "log.h"
+#include "wait.h"
+
+#define BATCH_OPS 256            /* operations in one call at most */
+#define BATCH_BYTES (256 * 1024) /* of keys and arguments, about */
+
+static const char suffixes[NAME_KEYS] = "hxqwtml"; /* one Redis key per letter, see scripts/common.lua */
+
+/* Strings one after the other, each with its NUL. */
+struct strv {
+    char *buf;
+    size_t len, cap;
+    int n;
+};
+
+struct batch_op {
+    enum op_id op;
+    redis_cb *cb, *late;
+    void *arg;
+};
+
+struct batch {
+    struct dlockd *d;
+    int bounded;              /* sent with a deadline */
+    int nops;
+    struct strv keys, args;   /* KEYS, and ARGV from the first operation on */
+    struct batch_op ops[BATCH_OPS];
+};
+
+/* The batches being gathered, bounded or not, and the event that sends them. */
+struct batcher {
+    struct event *flush;
+    struct batch *open[2];
+};
+
+static void strv_add(struct strv *v, const char *s, size_t len)
+{
+    if (v->len + len + 1 > v->cap) {
+        v->cap = (v->len + len + 1) * 2;
+        if ((v->buf = realloc(v->buf, v->cap)) == NULL)
+            fatalx("batch: out of memory");
+    }
+    memcpy(v->buf + v->len, s, len);
+    v->buf[v->len + len] = '\0';
+    v->len += len + 1;
+    v->n++;
+}
+
+static void strv_num(struct strv *v, long long n)
+{
+    char buf[24];
+
+    strv_add(v, buf, (size_t)snprintf(buf, sizeof(buf), "%lld", n));
+}
+
+/* Points out[0..v->n) at v's strings; returns out + v->n. */
+static const char **strv_list(const struct strv *v, const char **out)
+{
+    for (size_t at = 0; at < v->len; at += strlen(v->buf + at) + 1)
+        *out++ = v->buf + at;
+    return out;
+}
+
+static void batch_free(struct batch *b)
+{
+    free(b->keys.buf);
+    free(b->args.buf);
+    free(b);
+}
+
+/* Tells every operation that no answer came, and that none will. */
+static void drop_all(struct batch *b)
+{
+    for (int i = 0; i < b->nops; i++) {
+        b->ops[i].cb(b->d, NULL, b->ops[i].arg);
+        if (b->ops[i].late)
+            b->ops[i].late(b->d, NULL, b->ops[i].arg);
+    }
+}
+
+/* --- replies */
+
+/* The Redis time after which a batch sent now must not start: a quarter
+ * short of backend-timeout, so its answer is in before dlockd gives up on
+ * it. 0 (none) until a reply has shown Redis's clock. */
+static long long deadline_now(const struct dlockd *d)
+{
+    if (d->redis_offset_at == 0)
+        return 0;
+    return (long long)now_ms() + d->redis_offset + d->cfg.backend_timeout - d->cfg.backend_timeout / 4;
+}
+
+/* Redis read its time before dlockd received the reply: the difference is a
+ * lower bound of the offset between the clocks. The best one is kept, but
+ * after trouble on the link (maybe another Redis) the latest replaces it. */
+static void learn_clock(struct dlockd *d, const redisReply *rep)
+{
+    long long redis_now = redis_elem_int(rep, REPLY_NOW);
+    uint64_t now = now_ms();
+    int64_t lower = (int64_t)redis_now - (int64_t)now;
+
+    if (redis_now <= 0)
+        return;
+    if (d->redis_offset_at == 0 || redis_trouble_since(d->redis, d->redis_offset_at) || lower > d->redis_offset)
+        d->redis_offset = lower;
+    d->redis_offset_at = now;
+}
+
+static int is_late(const redisReply *rep)
+{
+    char buf[32];
+
+    return strcmp(redis_elem(rep, REPLY_STATUS, buf, sizeof(buf)), "LATE") == 0;
+}
+
+/* An operation that answers nobody: its grants are handed out with the batch's. */
+static void on_background(struct dlockd *d, redisReply *rep, void *arg)
+{
+    (void)d;
+    (void)rep;
+    (void)arg;
+}
+
+/* A batch stops handing a name on after a bounded number of grants: the
+ * daemon that ran it goes on, one poke at a time, until nothing more fits. */
+static void go_on(struct dlockd *d, const redisReply *rep)
+{
+    char buf[32], *names = strdup(redis_elem(rep, REPLY_MORE, buf, sizeof(buf))), *save;
+
+    if (names == NULL)
+        fatalx("batch: out of memory");
+    for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
+        const char *one = name;
+        if (batch_op(d, OP_POKE, 0, 1, &one, 0, NULL, on_background, NULL, NULL))
+            log_warnx("backend down: '%s' is handed on by the next script on it", name);
+    }
+    free(names);
+}
+
+/* The reply of operation i, after the grants: NULL when it is malformed. */
+static redisReply *op_reply(const redisReply *rep, size_t first, int i)
+{
+    size_t at = first + (size_t)i;
+
+    if (rep->type != REDIS_REPLY_ARRAY || at >= rep->elements || rep->element[at]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    return rep->element[at];
+}
+
+/* Hands out the grants, then each operation its reply (late ones only to those that wait for one). */
+static void deliver(struct batch *b, redisReply *rep, int late)
+{
+    struct dlockd *d = b->d;
+    size_t first = wait_apply_grants(d, rep);
+
+    for (int i = 0; i < b->nops; i++) {
+        struct batch_op *op = &b->ops[i];
+        if (late && op->late)
+            op->late(d, op_reply(rep, first, i), op->arg);
+        else if (!late)
+            op->cb(d, op_reply(rep, first, i), op->arg);
+    }
+    go_on(d, rep);
+}
+
+/* The first answer. A LATE reply changed nothing: the operations hear no
+ * answer and, if they wait for a late one, that none comes. Without an
+ * answer, on_late follows. */
+static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
+{
+    struct batch *b = arg;
+
+    if (rep == NULL) {
+        for (int i = 0; i < b->nops; i++)
+            b->ops[i].cb(d, NULL, b->ops[i].arg);
+        return;
+    }
+    learn_clock(d, rep);
+    if (is_late(rep)) {
+        log_info("backend: a batch of %d started after its deadline and changed nothing", b->nops);
+        drop_all(b);
+    } else {
+        deliver(b, rep, 0);
+    }
+    batch_free(b);
+}
+
+/* The reply after the call timed out, or NULL when none will come. Its
+ * grants are handed out even when no operation waits for it. */
+static void on_late(struct dlockd *d, redisReply *rep, void *arg)
+{
+    struct batch *b = arg;
+
+    if (rep)
+        learn_clock(d, rep);
+    if (rep && !is_late(rep)) {
+        deliver(b, rep, 1);
+    } else {
+        for (int i = 0; i < b->nops; i++)
+            if (b->ops[i].late)
+                b->ops[i].late(d, NULL, b->ops[i].arg);
+    }
+    batch_free(b);
+}
+
+/* --- sending */
+
+static void send_batch(struct batch *b)
+{
+    struct dlockd *d = b->d;
+    int argc = b->keys.n + 4 + b->args.n;
+    const char **argv = malloc((size_t)argc * sizeof(*argv)), **p;
+    char deadline[24], nops[16];
+
+    if (argv == NULL)
+        fatalx("batch: out of memory");
+    snprintf(deadline, sizeof(deadline), "%lld", b->bounded ? deadline_now(d) : 0);
+    snprintf(nops, sizeof(nops), "%d", b->nops);
+    p = strv_list(&b->keys, argv);
+    *p++ = d->cfg.key_prefix;
+    *p++ = d->id;
+    *p++ = deadline;
+    *p++ = nops;
+    strv_list(&b->args, p);
+    if (redis_script(d->redis, SCRIPT_BATCH, b->keys.n, argc, argv, on_answer, on_late, b)) {
+        drop_all(b);
+        batch_free(b);
+    }
+    free(argv);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct batcher *bt = ((struct dlockd *)arg)->batcher;
+
+    (void)fd;
+    (void)what;
+    for (int i = 0; i < 2; i++) {
+        struct batch *b = bt->open[i];
+        bt->open[i] = NULL;
+        if (b)
+            send_batch(b);
+    }
+}
+
+/* The batch being gathered, opened (and its sending planned) when there is none. */
+static struct batch *open_batch(struct dlockd *d, int bounded)
+{
+    struct batcher *bt = d->batcher;
+    struct batch *b;
+
+    if (bt == NULL) {
+        if ((bt = d->batcher = calloc(1, sizeof(*bt))) == NULL ||
+            (bt->flush = event_new(d->base, -1, 0, on_flush, d)) == NULL)
+            fatalx("batch: out of memory");
+    }
+    if ((b = bt->open[bounded]) != NULL)
+        return b;
+    if ((b = bt->open[bounded] = calloc(1, sizeof(*b))) == NULL)
+        fatalx("batch: out of memory");
+    b->d = d;
+    b->bounded = bounded;
+    event_active(bt->flush, EV_TIMEOUT, 0);
+    return b;
+}
+
+static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
+{
+    char key[KEY_MAX];
+    size_t len;
+
+    hold_key(d, key, sizeof(key), name, suffixes[0]);
+    len = strlen(key);
+    for (int j = 0; j < NAME_KEYS; j++) {
+        key[len - 1] = suffixes[j];
+        strv_add(keys, key, len);
+    }
+}
+
+int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names, int nargs,
+             const char **args, redis_cb *cb, redis_cb *late, void *arg)
+{
+    struct batch *b;
+
+    if (!redis_accepts(d->redis))
+        return -1;
+    b = open_batch(d, bounded != 0);
+    b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
+    strv_add(&b->args, op_names[op], strlen(op_names[op]));
+    strv_num(&b->args, nnames);
+    for (int i = 0; i < nnames; i++) {
+        add_keys(d, &b->keys, names[i]);
+        strv_add(&b->args, names[i], strlen(names[i]));
+    }
+    strv_num(&b->args, nargs);
+    for (int i = 0; i < nargs; i++)
+        strv_add(&b->args, args[i], strlen(args[i]));
+    if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
+        d->batcher->open[bounded != 0] = NULL;
+        send_batch(b);
+    }
+    return 0;
+}
+
+void batch_close(struct dlockd *d)
+{
+    struct batcher *bt = d->batcher;
+
+    if (bt == NULL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        if (bt->open[i]) {
+            drop_all(bt->open[i]);
+            batch_free(bt->open[i]);
+        }
+    }
+    event_free(bt->flush);
+    free(bt);
+    d->batcher = NULL;
+}
