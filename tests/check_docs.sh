@@ -2,11 +2,12 @@
 # check_docs.sh - every verb, event, error code and config key of the code is in every doc that
 # lists them; the lists are read from the code, so a new one without docs fails `make check`.
 # Run by `make check`, which sets $top_srcdir; run by hand it uses the script's parent dir.
-# The shared contract ($DLOCKD_SPEC, default /work/shared/spec/protocol.md) is checked when present.
+# The shared contract ($DLOCKD_SPEC, default ../shared/spec/protocol.md beside the source tree, where
+# CI puts it) is checked when present.
 set -u
 
 top=${top_srcdir:-$(dirname "$0")/..}
-spec=${DLOCKD_SPEC:-/work/shared/spec/protocol.md}
+spec=${DLOCKD_SPEC:-$top/../shared/spec/protocol.md}
 cmd_c=$top/daemon/cmd.c
 config_c=$top/daemon/config.c
 proto_h=$top/proto/proto.h
