@@ -346,7 +346,7 @@ static void h_locked(struct cl *c, enum status st, void *arg)
     (void)arg;
     if (b->stopping || st == ST_GONE)
         return;
-    if (st == ST_BUSY && c->t == T_REDIS) {
+    if (st == ST_BUSY && c->t != T_DLOCKD) {
         if (in_window(b, now_ns()))
             b->busy++;
         cl_after(c, b->o.sleep_ms, h_try);
@@ -406,7 +406,7 @@ static void handoff_go(struct bench *b)
         struct cl *c = b->cls[i];
         c->state = H_WANT;
         /* spinning clients start at random phases, as independent processes would */
-        if (c->t == T_REDIS && b->o.sleep_ms > 0)
+        if (c->t != T_DLOCKD && b->o.sleep_ms > 0)
             cl_after(c, (double)(random() % (b->o.sleep_ms * 1000)) / 1000.0, h_try);
         else
             h_try(c);
@@ -616,7 +616,7 @@ static void mixed_locked(struct cl *c, enum status st, void *arg)
     (void)arg;
     if (b->stopping || st == ST_GONE)
         return;
-    if (st == ST_BUSY && c->t == T_REDIS) {
+    if (st == ST_BUSY && c->t != T_DLOCKD) {
         if (in_window(b, t))
             b->busy++;
         cl_after(c, b->o.sleep_ms, mixed_try);
