@@ -204,6 +204,8 @@ int sys_procstat(int pid, struct procstat *ps);
 uint64_t sys_busy_ticks(void);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
+/* CPU microseconds a process used between two samples. */
+double sys_cpu_us(const struct procstat *a, const struct procstat *z);
 /* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */
 long sys_raise_nofile(void);
 

@@ -23,11 +23,18 @@ struct snap {
 
 static struct snap s0, s1;
 
+/* A process that was to be measured and cannot be read spoils the run. */
+static void procstat(struct bench *b, int pid, struct procstat *ps)
+{
+    if (sys_procstat(pid, ps) != 0 && pid > 0)
+        bench_error(b, "cannot read /proc/%d", pid);
+}
+
 static void take(struct bench *b, struct snap *s)
 {
     sys_cmdstats(b, &s->cs);
-    sys_procstat(b->o.dlockd_pid, &s->dl);
-    sys_procstat(b->o.redis_pid, &s->rd);
+    procstat(b, b->o.dlockd_pid, &s->dl);
+    procstat(b, b->o.redis_pid, &s->rd);
     sys_procstat(getpid(), &s->self);
     s->busy = sys_busy_ticks();
     s->t = now_ns();
@@ -220,6 +227,22 @@ static void ol_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* What a pair costs: Redis commands, and the CPU of Redis and of dlockd. */
+static void add_per_pair(struct bench *b)
+{
+    double n = (double)b->done;
+
+    if (b->done == 0) {
+        bench_error(b, "no pair completed in the window");
+        return;
+    }
+    result_add(b, "cmds_per_pair", "%.2f", (double)(s1.cs.total - s0.cs.total) / n);
+    if (b->o.redis_pid)
+        result_add(b, "redis_us_pair", "%.2f", sys_cpu_us(&s0.rd, &s1.rd) / n);
+    if (b->o.dlockd_pid)
+        result_add(b, "dlockd_us_pair", "%.2f", sys_cpu_us(&s0.dl, &s1.dl) / n);
+}
+
 static void pairs_done(struct bench *b)
 {
     double secs = (double)(b->m_end - b->m_start) / 1e9;
@@ -233,6 +256,7 @@ static void pairs_done(struct bench *b)
         result_add(b, "dropped", "%llu", (unsigned long long)ol.dropped);
     }
     add_window(b);
+    add_per_pair(b);
     finish(b);
 }
 

@@ -183,6 +183,13 @@ double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double se
     return 100.0 * (double)(z->cpu_ticks - a->cpu_ticks) / hz / secs;
 }
 
+double sys_cpu_us(const struct procstat *a, const struct procstat *z)
+{
+    if (z->cpu_ticks < a->cpu_ticks)
+        return 0;
+    return 1e6 * (double)(z->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
+}
+
 long sys_raise_nofile(void)
 {
     struct rlimit rl;
