@@ -1,6 +1,7 @@
 /* bench.h - dlock-bench, the load generator: one process, many connections to
- * dlockd (line protocol) or straight to Redis (the daemon's own Lua scripts
- * over hiredis), closed- or open-loop, latencies in an HDR-style histogram. */
+ * dlockd (line protocol) or straight to Redis over hiredis (the daemon's own Lua
+ * scripts, or the recipe a user writes instead), closed- or open-loop, latencies
+ * in an HDR-style histogram. */
 #ifndef BENCH_H
 #define BENCH_H
 
@@ -19,10 +20,15 @@ struct event;
 struct bufferevent;
 struct redisAsyncContext;
 struct redisContext;
+struct redisReply;
 struct cl;
 struct bench;
 
-enum target { T_DLOCKD, T_REDIS };
+enum target {
+    T_DLOCKD, /* dlockd over its line protocol */
+    T_REDIS,  /* dlockd's own scripts, called straight */
+    T_RECIPE  /* the recipe (recipe.c), exclusive locks only */
+};
 
 /* What a request came back with. */
 enum status {
@@ -51,7 +57,7 @@ struct cl {
     int qhead, qlen;
     int ready;                  /* connected and answered its first PING */
     int broken;                 /* the connection failed */
-    char who[20];               /* redis: "session:owner" of this client's holds */
+    char who[20];               /* redis: "session:owner" of this client's holds; recipe: the owner */
     /* scenario state */
     int state;
     int name;                   /* current name number */
@@ -108,6 +114,7 @@ struct bench {
     char run[12];              /* random id in every name of this run */
     char daemon_id[17];        /* redis: stands for dlockd's id in the scripts' ARGV */
     char sha_batch[41], sha_renew[41];
+    char sha_acquire[41], sha_release[41]; /* the recipe's scripts */
     struct redisContext *ctl;  /* control link to Redis: INFO, SCRIPT LOAD */
     struct cl **cls;
     int ncl;
@@ -147,7 +154,7 @@ void after_ms(struct bench *b, double ms, void (*fn)(struct bench *b));
  * ready once it answered a PING. Calls done(b) when all are ready.
  */
 void cl_open_all(struct bench *b, int n, void (*done)(struct bench *b));
-/* LOCK name [shared] [wait=wait_ms]. Direct Redis never waits (wait_ms ignored). */
+/* LOCK name [shared] [wait=wait_ms]. Direct Redis never waits (wait_ms ignored); the recipe is never shared. */
 void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb, void *arg);
 /* UNLOCK name (the exclusive hold if any, else the shared one). */
 void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg);
@@ -162,9 +169,30 @@ void cl_heartbeats(struct cl *c, int period_ms);
 /* Formats the name number i of this run. */
 void bench_name(const struct bench *b, int i, char *buf, size_t len);
 
+/* --- recipe.c */
+
+/* One EVALSHA of the recipe: argv points into the struct and into the caller's strings. */
+struct recipe_call {
+    const char *argv[8];
+    int argc;
+    char lock[256];    /* recipe:{name} */
+    char counter[256]; /* recipe:{name}:t, the fencing counter */
+    char lease[16];    /* ms */
+};
+
+extern const char recipe_acquire_lua[], recipe_release_lua[];
+/* Fills rc with the acquire of name for owner; b gives the script's SHA1. */
+void recipe_acquire(const struct bench *b, const char *owner, const char *name, struct recipe_call *rc);
+/* Fills rc with the release of name by owner. */
+void recipe_release(const struct bench *b, const char *owner, const char *name, struct recipe_call *rc);
+/* ST_OK for a token, ST_BUSY for nil, ST_ERR for any other reply (r is no error reply). */
+enum status recipe_acquired(const struct redisReply *r);
+/* ST_OK when the lock was the owner's and is gone, else ST_ERR. */
+enum status recipe_released(const struct redisReply *r);
+
 /* --- sys.c */
 int sys_redis_connect(struct bench *b);
-/* Loads lock, unlock and renew into Redis and keeps their SHA1s. */
+/* Loads the scripts of the target (lock, unlock and renew, or the recipe's) and keeps their SHA1s. */
 int sys_load_scripts(struct bench *b);
 int sys_cmdstats(struct bench *b, struct cmdstats *cs);
 /* INFO memory used_memory, bytes; 0 on failure. */
@@ -176,6 +204,8 @@ int sys_procstat(int pid, struct procstat *ps);
 uint64_t sys_busy_ticks(void);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
+/* CPU microseconds a process used between two samples. */
+double sys_cpu_us(const struct procstat *a, const struct procstat *z);
 /* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */
 long sys_raise_nofile(void);
 

@@ -1,7 +1,7 @@
 /* client.c - the connections of the load generator: dlockd sessions spoken to
  * in the line protocol, or direct Redis clients that call dlockd's own lock,
- * unlock and renew scripts with EVALSHA. Both answer in order, so each
- * connection keeps a FIFO of the callbacks waiting for a reply. */
+ * unlock and renew scripts, or the recipe's, with EVALSHA. All answer in order,
+ * so each connection keeps a FIFO of the callbacks waiting for a reply. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@
 #include "bench.h"
 #include "proto.h"
 
-enum kind { K_PING, K_LOCK, K_UNLOCK, K_RENEW, K_HB };
+enum kind { K_PING, K_LOCK, K_UNLOCK, K_RENEW, K_HB, K_ACQUIRE, K_RELEASE };
 
 static void open_more(struct bench *b);
 
@@ -198,7 +198,18 @@ static void dl_open(struct cl *c)
     dl_send(c, "PING\n", 5, 1, on_ready, NULL);
 }
 
-/* --- direct Redis: hiredis and the daemon's scripts */
+/* --- direct Redis: hiredis and the daemon's scripts, or the recipe's */
+
+/* The recipe's reply: anything but a grant, a nil and a release is an error. */
+static enum status recipe_status(struct cl *c, const redisReply *r, int kind)
+{
+    enum status st = kind == K_ACQUIRE ? recipe_acquired(r) : recipe_released(r);
+
+    if (st == ST_ERR)
+        bench_error(c->b, "connection %d: unexpected reply to the recipe's %s (type %d)", c->id,
+                    kind == K_ACQUIRE ? "acquire" : "release", r->type);
+    return st;
+}
 
 static enum status rd_status(struct cl *c, const redisReply *r, int kind)
 {
@@ -209,6 +220,9 @@ static enum status rd_status(struct cl *c, const redisReply *r, int kind)
         return ST_ERR;
     }
     switch (kind) {
+    case K_ACQUIRE:
+    case K_RELEASE:
+        return recipe_status(c, r, kind);
     case K_PING:
     case K_HB:
         return ST_OK;
@@ -340,6 +354,28 @@ static void rd_script(struct cl *c, int kind, const char *op, const char *name, 
     rd_send(c, kind, n, argv, cb, arg);
 }
 
+static void recipe_lock(struct cl *c, const char *name, int shared, cl_cb *cb, void *arg)
+{
+    struct recipe_call rc;
+
+    if (shared) {
+        bench_error(c->b, "connection %d: the recipe has no shared locks", c->id);
+        if (cb)
+            cb(c, ST_ERR, arg);
+        return;
+    }
+    recipe_acquire(c->b, c->who, name, &rc);
+    rd_send(c, K_ACQUIRE, rc.argc, rc.argv, cb, arg);
+}
+
+static void recipe_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
+{
+    struct recipe_call rc;
+
+    recipe_release(c->b, c->who, name, &rc);
+    rd_send(c, K_RELEASE, rc.argc, rc.argv, cb, arg);
+}
+
 /* --- the operations */
 
 void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb, void *arg)
@@ -353,6 +389,10 @@ void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb,
         else
             len = snprintf(line, sizeof(line), "LOCK %s%s\n", name, shared ? " shared" : "");
         dl_send(c, line, len, 1, cb, arg);
+        return;
+    }
+    if (c->t == T_RECIPE) {
+        recipe_lock(c, name, shared, cb, arg);
         return;
     }
     /* lock.lua: who mode client wid wait ttl lease bounded qttl known (what dlockd passes, never waiting) */
@@ -369,6 +409,10 @@ void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
 
     if (c->t == T_DLOCKD) {
         dl_send(c, line, snprintf(line, sizeof(line), "UNLOCK %s\n", name), 1, cb, arg);
+        return;
+    }
+    if (c->t == T_RECIPE) {
+        recipe_unlock(c, name, cb, arg);
         return;
     }
     /* unlock.lua: who mode(any) all token k delay */

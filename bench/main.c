@@ -1,6 +1,7 @@
 /* main.c - dlock-bench: runs one scenario against dlockd or straight against
- * Redis and prints one RESULT line of key=value figures; `dlock-bench report`
- * turns a file of such lines into the table of medians and ratios. */
+ * Redis (dlockd's scripts or the recipe's) and prints one RESULT line of
+ * key=value figures; `dlock-bench report` turns a file of such lines into the
+ * table of medians and ratios. */
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #define ERRORS_MAX 1000   /* give up after this many errors */
 
 static struct bench bench;
+static const char *const target_names[] = { [T_DLOCKD] = "dlockd", [T_REDIS] = "redis", [T_RECIPE] = "recipe" };
 
 uint64_t now_ns(void)
 {
@@ -138,13 +140,14 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: dlock-bench --scenario pairs|handoff|idle|scale|mixed --target dlockd|redis [options]\n"
+            "usage: dlock-bench --scenario pairs|handoff|idle|scale|mixed --target dlockd|redis|recipe [options]\n"
             "       dlock-bench report [--sweep] RESULT-FILE\n"
             "  --dlockd HOST:PORT  --redis HOST:PORT  --dlockd-pid PID  --redis-pid PID\n"
             "  --conns N  --duration S  --warmup S  --rate PAIRS/S (open loop)  --hold MS\n"
             "  --sleep MS (direct Redis retry sleep)  --long-hold MS  --sessions N  --locks N\n"
             "  --heartbeat MS  --renew MS  --names N  --shared-pct P  --wait MS  --open-max N\n"
-            "  --label 'k=v ...' (copied into the RESULT line)\n");
+            "  --label 'k=v ...' (copied into the RESULT line)\n"
+            "  the recipe target runs pairs, handoff and scale (it has no shared locks and no renewal)\n");
     exit(2);
 }
 
@@ -182,6 +185,15 @@ static void defaults(struct opts *o)
     o->label = "";
 }
 
+static enum target parse_target(const char *s)
+{
+    for (size_t i = 0; i < sizeof(target_names) / sizeof(target_names[0]); i++)
+        if (strcmp(target_names[i], s) == 0)
+            return (enum target)i;
+    usage();
+    return T_DLOCKD;
+}
+
 static void parse(int argc, char **argv, struct opts *o)
 {
     static const struct option lo[] = {
@@ -198,14 +210,7 @@ static void parse(int argc, char **argv, struct opts *o)
 
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 't':
-            if (strcmp(optarg, "dlockd") == 0)
-                o->target = T_DLOCKD;
-            else if (strcmp(optarg, "redis") == 0)
-                o->target = T_REDIS;
-            else
-                usage();
-            break;
+        case 't': o->target = parse_target(optarg); break;
         case 's': o->scenario = optarg; break;
         case 'D': parse_addr(optarg, o->dl_host, sizeof(o->dl_host), &o->dl_port); break;
         case 'R': parse_addr(optarg, o->rd_host, sizeof(o->rd_host), &o->rd_port); break;
@@ -245,18 +250,20 @@ static void random_hex(char *buf, size_t nhex)
     buf[nhex] = '\0';
 }
 
-static int (*scenario(const char *name))(struct bench *)
+/* The scenario called name, if target can run it. */
+static int (*scenario(const char *name, enum target t))(struct bench *)
 {
     static const struct {
         const char *name;
         int (*fn)(struct bench *);
+        int recipe; /* the recipe can run it: exclusive locks, no renewal */
     } table[] = {
-        { "pairs", scen_pairs }, { "handoff", scen_handoff }, { "idle", scen_idle },
-        { "scale", scen_scale }, { "mixed", scen_mixed },
+        { "pairs", scen_pairs, 1 }, { "handoff", scen_handoff, 1 }, { "idle", scen_idle, 0 },
+        { "scale", scen_scale, 1 }, { "mixed", scen_mixed, 0 },
     };
 
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (strcmp(table[i].name, name) == 0)
+        if (strcmp(table[i].name, name) == 0 && (t != T_RECIPE || table[i].recipe))
             return table[i].fn;
     return NULL;
 }
@@ -273,7 +280,7 @@ int main(int argc, char **argv)
         return report_main(argc - 1, argv + 1);
     defaults(&b->o);
     parse(argc, argv, &b->o);
-    if ((fn = scenario(b->o.scenario)) == NULL)
+    if ((fn = scenario(b->o.scenario, b->o.target)) == NULL)
         usage();
     sys_raise_nofile();
     random_hex(b->run, 8);
@@ -285,7 +292,7 @@ int main(int argc, char **argv)
     event_config_free(cfg);
     if (b->base == NULL || sys_redis_connect(b) != 0)
         return 1;
-    if (b->o.target == T_REDIS && sys_load_scripts(b) != 0)
+    if (b->o.target != T_DLOCKD && sys_load_scripts(b) != 0)
         return 1;
     watchdog = event_new(b->base, -1, EV_PERSIST, on_watchdog, b);
     event_add(watchdog, &sec);
@@ -294,7 +301,7 @@ int main(int argc, char **argv)
     event_base_dispatch(b->base);
     b->stopping = 1;
     printf("RESULT sc=%s target=%s%s%s%s errors=%llu\n", b->o.scenario,
-           b->o.target == T_DLOCKD ? "dlockd" : "redis", b->o.label[0] ? " " : "", b->o.label, b->result,
+           target_names[b->o.target], b->o.label[0] ? " " : "", b->o.label, b->result,
            (unsigned long long)b->errors);
     fflush(stdout);
     /* thousands of connections: let exit() close them */

@@ -1,7 +1,8 @@
 /* report.c - `dlock-bench report`: reads the RESULT lines of a run, takes the
  * median of every figure over the rounds, and prints one Markdown table of
- * dlockd against direct Redis with their ratio and the issue's targets;
- * `--sweep` prints the open-loop latency-vs-load points for gnuplot. */
+ * dlockd against direct Redis (its own scripts, or the recipe) with their
+ * ratio and the issues' targets, then the uncontended pairs of the three side
+ * by side; `--sweep` prints the open-loop latency-vs-load points for gnuplot. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,7 @@ struct row {
 
 #define A_DL "target=dlockd"
 #define B_RD "target=redis"
+#define B_RC "target=recipe"
 #define PAIRS(c, chk, x, tgt)                                                                                      \
     { "1. uncontended, " #c " conn: pairs/s", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "pairs_s", "1/s", chk, x,    \
       tgt },                                                                                                       \
@@ -164,6 +166,21 @@ struct row {
       "" },                                                                                                        \
     { "1. uncontended, " #c " conn: pair p99.9", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "p999_us", "us", C_NONE,  \
       0, "" }
+
+/* pairs against the recipe (issue 13): pairs/s and Redis CPU per pair judged as ratios, dlockd's CPU per pair */
+#define RECIPE(c, px, ptgt, cx, ctgt)                                                                              \
+    { "1. uncontended, " #c " conn vs recipe: pairs/s", "sc=pairs rate=0 conns=" #c, A_DL, B_RC, "pairs_s", "1/s", \
+      C_RATIO_GE, px, ptgt },                                                                                      \
+    { "1. uncontended, " #c " conn vs recipe: pair p50", "sc=pairs rate=0 conns=" #c, A_DL, B_RC, "p50_us", "us",  \
+      C_NONE, 0, "" },                                                                                             \
+    { "1. uncontended, " #c " conn vs recipe: Redis CPU/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RC,            \
+      "redis_us_pair", "us", C_RATIO_LE, cx, ctgt },                                                               \
+    { "1. uncontended, " #c " conn vs recipe: Redis cmds/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RC,           \
+      "cmds_per_pair", "cmds", C_NONE, 0, "" },                                                                    \
+    { "1. uncontended, " #c " conn: Redis CPU/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "redis_us_pair",     \
+      "us", C_NONE, 0, "" },                                                                                       \
+    { "1. uncontended, " #c " conn: dlockd CPU/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "dlockd_us_pair",   \
+      "us", C_A_LE, 12, "<= 12 us" }
 
 /* handoff rows against one spin recipe r; p99chk/p99x/p99tgt judge its p99, waitchk the commands while waiting */
 #define HANDOFF(r, label, p99chk, p99x, p99tgt, waitchk, waittgt)                                                 \
@@ -181,9 +198,13 @@ struct row {
 
 static const struct row rows[] = {
     PAIRS(1, C_RATIO_GE, 0.5, ">= 0.5x"),
+    RECIPE(1, 0.6, ">= 0.6x", 1.0, "<= 1.0x"),
     PAIRS(10, C_NONE, 0, ""),
+    RECIPE(10, 0.6, ">= 0.6x", 1.0, "<= 1.0x"),
     PAIRS(50, C_RATIO_GE, 1.0, ">= 1.0x"),
+    RECIPE(50, 1.0, ">= 1.0x", 0.5, "<= 0.5x"),
     PAIRS(200, C_RATIO_GE, 1.0, ">= 1.0x"),
+    RECIPE(200, 1.0, ">= 1.0x", 0.5, "<= 0.5x"),
     HANDOFF("spin100", "spin 100 ms", C_RATIO_LE, 0.02, "50x better", C_A_LE, "zero"),
     HANDOFF("spin1", "spin 1 ms", C_A_LE, 1000, "<= 1 ms", C_NONE, ""),
     { "2. handoff: handoffs/s (queue | spin 100 ms)", "sc=handoff", "recipe=queue", "recipe=spin100", "handoffs_s",
@@ -265,7 +286,7 @@ static void noise(void)
            n, n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[n - 1]);
 }
 
-static int table(void)
+static void table(void)
 {
     int missed = 0;
 
@@ -293,9 +314,81 @@ static int table(void)
         printf("| %s | %s | %s | %s | %s | %s | %s |\n", r->title, r->unit, sa, sb, sr, r->target, verdict);
     }
     printf("\nMedians over the rounds of this run; dlockd and direct Redis runs alternate, and the ratio is the\n"
-           "median of each round's dlockd/direct. %d target(s) missed.\n", missed);
-    noise();
-    return 0;
+           "median of each round's dlockd/direct. Direct Redis runs dlockd's own scripts, or the recipe in the\n"
+           "rows that say \"vs recipe\". %d target(s) missed.\n", missed);
+}
+
+/* The median of metric over the closed-loop pair runs of target at c connections. */
+static void pairs_median(int c, const char *target, const char *metric, char *buf, size_t len)
+{
+    char f[128];
+
+    snprintf(f, sizeof(f), "sc=pairs rate=0 conns=%d target=%s", c, target);
+    fmt(buf, len, median(f, metric, NULL));
+}
+
+/* The paired ratio of metric, dlockd over target, at c connections. */
+static void pairs_ratio(int c, const char *target, const char *metric, char *buf, size_t len)
+{
+    char fa[128], fb[128];
+
+    snprintf(fa, sizeof(fa), "sc=pairs rate=0 conns=%d target=dlockd", c);
+    snprintf(fb, sizeof(fb), "sc=pairs rate=0 conns=%d target=%s", c, target);
+    fmt(buf, len, paired_ratio(fa, fb, metric));
+}
+
+/* Connection counts of the closed-loop pair runs against the recipe, ascending. */
+static int recipe_conns(int *conns, int max)
+{
+    int n = 0;
+
+    for (int i = 0; i < nrecs; i++) {
+        const char *s = get(&recs[i], "conns");
+        int c, seen = 0;
+        if (s == NULL || !matches(&recs[i], "sc=pairs rate=0 target=recipe"))
+            continue;
+        c = atoi(s);
+        for (int j = 0; j < n; j++)
+            seen |= conns[j] == c;
+        if (!seen && n < max)
+            conns[n++] = c;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && conns[j - 1] > conns[j]; j--) {
+            int t = conns[j];
+            conns[j] = conns[j - 1];
+            conns[j - 1] = t;
+        }
+    return n;
+}
+
+/* Uncontended pairs of dlockd, its own scripts and the recipe side by side (the layout of issue 13). */
+static void recipe_table(void)
+{
+    int conns[32], n = recipe_conns(conns, 32);
+
+    if (n == 0)
+        return;
+    printf("\nUncontended LOCK+UNLOCK pairs, closed loop: dlockd, its own scripts called straight, and the recipe;\n"
+           "CPU per pair in us.\n\n");
+    printf("| conns | pairs/s dlockd | own scripts | recipe | dlockd/recipe | dlockd/own scripts "
+           "| Redis CPU/pair dlockd | own scripts | recipe | dlockd/recipe | dlockd CPU/pair |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        char v[10][32];
+        pairs_median(conns[i], "dlockd", "pairs_s", v[0], 32);
+        pairs_median(conns[i], "redis", "pairs_s", v[1], 32);
+        pairs_median(conns[i], "recipe", "pairs_s", v[2], 32);
+        pairs_ratio(conns[i], "recipe", "pairs_s", v[3], 32);
+        pairs_ratio(conns[i], "redis", "pairs_s", v[4], 32);
+        pairs_median(conns[i], "dlockd", "redis_us_pair", v[5], 32);
+        pairs_median(conns[i], "redis", "redis_us_pair", v[6], 32);
+        pairs_median(conns[i], "recipe", "redis_us_pair", v[7], 32);
+        pairs_ratio(conns[i], "recipe", "redis_us_pair", v[8], 32);
+        pairs_median(conns[i], "dlockd", "dlockd_us_pair", v[9], 32);
+        printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", conns[i], v[0], v[1], v[2], v[3], v[4],
+               v[5], v[6], v[7], v[8], v[9]);
+    }
 }
 
 /* Open-loop points: offered rate, then achieved pairs/s, p50 and p99 of each side. */
@@ -345,5 +438,11 @@ int report_main(int argc, char **argv)
     }
     if (load(path) != 0)
         return 1;
-    return want_sweep ? sweep() : table();
+    if (want_sweep)
+        return sweep();
+    table();
+    recipe_table();
+    printf("\n");
+    noise();
+    return 0;
 }

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# bench/run.sh - what `make bench` and `make bench-smoke` run: starts a private redis-server
-# and dlockd on free loopback ports, runs every scenario against dlockd (A) and against
-# direct Redis (B, the same Lua scripts over EVALSHA), alternating A B A B, then prints one
-# table of medians and ratios and, when gnuplot is there, plots latency against load.
+# bench/run.sh - what `make bench`, `make bench-pairs` and `make bench-smoke` run: starts a
+# private redis-server and dlockd on free loopback ports, runs every scenario against dlockd
+# (A) and against direct Redis (B, the same Lua scripts over EVALSHA), alternating A B A B,
+# the uncontended pairs also against the recipe (C, bench/recipe.c), then prints one table
+# of medians and ratios and, when gnuplot is there, plots latency against load.
 #
-#   bench/run.sh full|smoke
+#   bench/run.sh full|pairs|smoke     pairs: the uncontended pairs of a full run, nothing else
 #
 # Environment (set by bench/Makefile.inc): BENCH_BIN, DLOCKD_BIN, REDIS_SERVER, BENCH_SRCDIR.
-# BENCH_OUT: where results go (default bench/out). Exits non-zero when a run crashed or
-# reported errors, or a server died; never because a target was missed.
+# BENCH_OUT: where results go (default bench/out). BENCH_ROUNDS: rounds of the uncontended
+# pairs (full and pairs: 5). Exits non-zero when a run crashed or reported errors, or a
+# server died; never because a target was missed.
 set -u
 
 mode=${1:-full}
-case $mode in full|smoke) ;; *) echo "usage: $0 full|smoke" >&2; exit 2 ;; esac
+case $mode in full|pairs|smoke) ;; *) echo "usage: $0 full|pairs|smoke" >&2; exit 2 ;; esac
 
 BENCH_BIN=${BENCH_BIN:-bench/dlock-bench}
 DLOCKD_BIN=${DLOCKD_BIN:-daemon/dlockd}
@@ -79,7 +81,7 @@ rcmd() {
 maxclients=$((nofile > 12100 ? nofile - 100 : nofile - 64))
 # dlockd's lock-lease: the default 30s (renewal every 10s); the smoke run renews every second
 # so that its short idle window still sees renewals
-if [ "$mode" = full ]; then lease_ms=30000; else lease_ms=3000; fi
+if [ "$mode" = smoke ]; then lease_ms=3000; else lease_ms=30000; fi
 start_redis() {
     rport=$(free_port) || die "no free port"
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
@@ -116,15 +118,15 @@ for _ in 1 2 3 4 5; do start_redis && break; done
 dport=$(free_port) || die "no free port"
 start_dlockd
 
-# Other people's load on a shared machine skews a run: before each run of a full benchmark
-# wait (up to 10 s, at most 30 s in all) until the machine, with our servers idle, uses less
-# than a quarter of one core. The smoke run does not wait.
+# Other people's load on a shared machine skews a run: before each run of a full or pairs
+# benchmark wait (up to 10 s, at most 30 s in all) until the machine, with our servers idle,
+# uses less than a quarter of one core. The smoke run does not wait.
 hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $9; exit }' /proc/stat; }
 quiet_waited=0
 quiet() {
     local a b tries=0
-    [ "$mode" = full ] || return 0
+    [ "$mode" = smoke ] && return 0
     while [ "$tries" -lt 33 ] && [ "$quiet_waited" -lt 100 ]; do
         a=$(busy_ticks)
         sleep 0.3
@@ -175,14 +177,14 @@ run_once() {
     kill -0 "$rpid" 2>/dev/null || die "redis-server died during: $target $sc $label"
 }
 
-# run TARGET SCENARIO LABEL [options]: run_once, appended to $results. In a full run, a run
+# run TARGET SCENARIO LABEL [options]: run_once, appended to $results. In a full or pairs run, a run
 # during which other processes took more than a quarter of a core is run once more, while
 # the re-runs have taken less than 90 s; the RESULT line says rerun=1.
 run() {
     local t0 other
     run_once "$@"
     other=$(printf '%s\n' "$line" | sed -n 's/.* other_cpu=\([0-9.]*\).*/\1/p')
-    if [ "$mode" = full ] && [ -n "$other" ] && [ "$rerun_secs" -lt 90 ] &&
+    if [ "$mode" != smoke ] && [ -n "$other" ] && [ "$rerun_secs" -lt 90 ] &&
         awk -v o="$other" 'BEGIN { exit !(o > 25) }'; then
         echo "### other processes took ${other}% of a core: running it again" >> "$log"
         t0=$(date +%s)
@@ -206,8 +208,8 @@ median_of() {
                                   else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-if [ "$mode" = full ]; then
-    rounds=5; pairs_conns="1 10 50 200"; pairs_secs=2; warm=0.5
+if [ "$mode" != smoke ]; then
+    rounds=${BENCH_ROUNDS:-5}; pairs_conns="1 10 50 200"; pairs_secs=2; warm=0.5
     hand_n=10; hand_secs=5; hand_long=1000; hand_rounds=2
     idle_sessions=10000; idle_locks=10; idle_secs=10; idle_rounds=2 # one renewal period
     scale_sessions=10000; scale_secs=5; scale_hb=3333; scale_rounds=2
@@ -221,14 +223,17 @@ else
     mixed_secs=1; mixed_conns=50; mixed_names=20; mixed_rounds=1
     sweep_fracs="0.5"; sweep_secs=1; sweep_rounds=1
 fi
+if [ "$mode" = pairs ]; then
+    hand_rounds=0; idle_rounds=0; scale_rounds=0; mixed_rounds=0; sweep_rounds=0
+fi
 start=$(date +%s)
 
 say "$mode run: redis-server pid $rpid port $rport, dlockd port $dport, RLIMIT_NOFILE $nofile, results in $out"
 
-# 1. uncontended pairs, closed loop
+# 1. uncontended pairs, closed loop: dlockd, its own scripts, and the recipe users write instead
 for r in $(seq "$rounds"); do
     for c in $pairs_conns; do
-        for t in dlockd redis; do
+        for t in dlockd redis recipe; do
             run "$t" pairs "round=$r" --conns "$c" --duration "$pairs_secs" --warmup "$warm"
         done
     done

@@ -23,11 +23,18 @@ struct snap {
 
 static struct snap s0, s1;
 
+/* A process that was to be measured and cannot be read spoils the run. */
+static void procstat(struct bench *b, int pid, struct procstat *ps)
+{
+    if (sys_procstat(pid, ps) != 0 && pid > 0)
+        bench_error(b, "cannot read /proc/%d", pid);
+}
+
 static void take(struct bench *b, struct snap *s)
 {
     sys_cmdstats(b, &s->cs);
-    sys_procstat(b->o.dlockd_pid, &s->dl);
-    sys_procstat(b->o.redis_pid, &s->rd);
+    procstat(b, b->o.dlockd_pid, &s->dl);
+    procstat(b, b->o.redis_pid, &s->rd);
     sys_procstat(getpid(), &s->self);
     s->busy = sys_busy_ticks();
     s->t = now_ns();
@@ -220,6 +227,22 @@ static void ol_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* What a pair costs: Redis commands, and the CPU of Redis and of dlockd. */
+static void add_per_pair(struct bench *b)
+{
+    double n = (double)b->done;
+
+    if (b->done == 0) {
+        bench_error(b, "no pair completed in the window");
+        return;
+    }
+    result_add(b, "cmds_per_pair", "%.2f", (double)(s1.cs.total - s0.cs.total) / n);
+    if (b->o.redis_pid)
+        result_add(b, "redis_us_pair", "%.2f", sys_cpu_us(&s0.rd, &s1.rd) / n);
+    if (b->o.dlockd_pid)
+        result_add(b, "dlockd_us_pair", "%.2f", sys_cpu_us(&s0.dl, &s1.dl) / n);
+}
+
 static void pairs_done(struct bench *b)
 {
     double secs = (double)(b->m_end - b->m_start) / 1e9;
@@ -233,6 +256,7 @@ static void pairs_done(struct bench *b)
         result_add(b, "dropped", "%llu", (unsigned long long)ol.dropped);
     }
     add_window(b);
+    add_per_pair(b);
     finish(b);
 }
 
@@ -346,7 +370,7 @@ static void h_locked(struct cl *c, enum status st, void *arg)
     (void)arg;
     if (b->stopping || st == ST_GONE)
         return;
-    if (st == ST_BUSY && c->t == T_REDIS) {
+    if (st == ST_BUSY && c->t != T_DLOCKD) {
         if (in_window(b, now_ns()))
             b->busy++;
         cl_after(c, b->o.sleep_ms, h_try);
@@ -406,7 +430,7 @@ static void handoff_go(struct bench *b)
         struct cl *c = b->cls[i];
         c->state = H_WANT;
         /* spinning clients start at random phases, as independent processes would */
-        if (c->t == T_REDIS && b->o.sleep_ms > 0)
+        if (c->t != T_DLOCKD && b->o.sleep_ms > 0)
             cl_after(c, (double)(random() % (b->o.sleep_ms * 1000)) / 1000.0, h_try);
         else
             h_try(c);
@@ -616,7 +640,7 @@ static void mixed_locked(struct cl *c, enum status st, void *arg)
     (void)arg;
     if (b->stopping || st == ST_GONE)
         return;
-    if (st == ST_BUSY && c->t == T_REDIS) {
+    if (st == ST_BUSY && c->t != T_DLOCKD) {
         if (in_window(b, t))
             b->busy++;
         cl_after(c, b->o.sleep_ms, mixed_try);

@@ -1,6 +1,6 @@
 /* sys.c - what the load generator measures besides latency: Redis command
  * counts (INFO commandstats), memory, and a process's CPU time and RSS from
- * /proc; and the control link that loads dlockd's scripts for direct Redis. */
+ * /proc; and the control link that loads the scripts of direct Redis. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +25,12 @@ int sys_redis_connect(struct bench *b)
     return 0;
 }
 
-static int load(struct bench *b, enum script_id id, char *sha)
+static int load(struct bench *b, const char *name, const char *body, char *sha)
 {
-    redisReply *r = redisCommand(b->ctl, "SCRIPT LOAD %s", scripts[id].body);
+    redisReply *r = redisCommand(b->ctl, "SCRIPT LOAD %s", body);
 
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
-        fprintf(stderr, "dlock-bench: SCRIPT LOAD %s failed: %s\n", scripts[id].name,
+        fprintf(stderr, "dlock-bench: SCRIPT LOAD %s failed: %s\n", name,
                 r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
         if (r)
             freeReplyObject(r);
@@ -41,9 +41,20 @@ static int load(struct bench *b, enum script_id id, char *sha)
     return 0;
 }
 
+static int load_own(struct bench *b, enum script_id id, char *sha)
+{
+    return load(b, scripts[id].name, scripts[id].body, sha);
+}
+
 int sys_load_scripts(struct bench *b)
 {
-    if (load(b, SCRIPT_BATCH, b->sha_batch) || load(b, SCRIPT_RENEW, b->sha_renew))
+    if (b->o.target == T_RECIPE) {
+        if (load(b, "recipe acquire", recipe_acquire_lua, b->sha_acquire) ||
+            load(b, "recipe release", recipe_release_lua, b->sha_release))
+            return -1;
+        return 0;
+    }
+    if (load_own(b, SCRIPT_BATCH, b->sha_batch) || load_own(b, SCRIPT_RENEW, b->sha_renew))
         return -1;
     return 0;
 }
@@ -169,6 +180,13 @@ double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double se
     if (secs <= 0 || z->cpu_ticks < a->cpu_ticks)
         return 0;
     return 100.0 * (double)(z->cpu_ticks - a->cpu_ticks) / hz / secs;
+}
+
+double sys_cpu_us(const struct procstat *a, const struct procstat *z)
+{
+    if (z->cpu_ticks < a->cpu_ticks)
+        return 0;
+    return 1e6 * (double)(z->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
 }
 
 long sys_raise_nofile(void)
