@@ -603,7 +603,7 @@ static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
 /* Takes w out of its queues; the reply says whether it was granted first. */
 static void wait_cancel(struct wait *w)
 {
-    const char *args[] = { w->wid, w->hid };
+    const char *args[] = { w->wid, w->hid, "" };
     char *wid;
 
     if (w->cancelling || !w->queued)
@@ -611,7 +611,7 @@ static void wait_cancel(struct wait *w)
     w->cancelling = 1;
     deadline_cancel(w->d->deadlines, &w->retry);
     wid = wid_copy(w);
-    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 2, args, on_cancel, NULL, wid)) {
+    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_cancel, NULL, wid)) {
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)

@@ -1,7 +1,7 @@
 -- cancel.lua: takes a waiter out of the queues of its names, or says that it
 -- was granted first. With "check" it only confirms a grant heard by pub/sub:
 -- a waiter still queued keeps its place.
--- ARGV from A: wid, hid, then optionally "check".
+-- ARGV from A: wid, hid, "check" or "".
 -- Reply fields: CANCELLED | QUEUED (check) | GRANTED tokens counts free (the
 -- hold's lease starts again) | GONE (its entry lapsed).
 local wid, hid, check = ARGV[A], ARGV[A + 1], ARGV[A + 2] == 'check'

@@ -44,7 +44,7 @@ if DEADLINE > 0 and NOW > DEADLINE then
 end
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
-local TOKEN_KEEP_MS = 7 * 24 * 3600 * 1000
+local TOKEN_KEEP_MS = '604800000' -- 7 days
 local KEY_MARGIN_MS = 1000 -- also in renew.lua
 -- The work of one script, whatever clients queued: names granted (a waiter
 -- for several names counts each), lapsed entries purged per name, and queue
@@ -138,16 +138,26 @@ end
 
 -- The state of a name: its keys. peek leaves it as it is in Redis, for
 -- the fast paths that read what they need; state purges it, once per batch,
--- and marks it slow: tidied and given its expiry again at the end.
+-- and marks it slow: tidied and given its expiry again at the end. The keys
+-- of the names of an operation are in KEYS (bind); those of other names,
+-- such as the other names of a waiter handed on, are made from the name.
 local STATES, ORDER = {}, {}
+local function bind(name, k)
+    if STATES[name] == nil then
+        local s = { name = name, h = KEYS[k], x = KEYS[k + 1], q = KEYS[k + 2], w = KEYS[k + 3], t = KEYS[k + 4],
+                    m = KEYS[k + 5], l = KEYS[k + 6] }
+        STATES[name] = s
+        table.insert(ORDER, s)
+    end
+end
+
 local function peek(name)
     local s = STATES[name]
     if s == nil then
         local b = PREFIX .. '{' .. name .. '}:'
-        s = { name = name, h = b .. 'h', x = b .. 'x', q = b .. 'q', w = b .. 'w', t = b .. 't',
-              m = b .. 'm', l = b .. 'l' }
-        STATES[name] = s
-        table.insert(ORDER, s)
+        bind(name, #KEYS + 1)
+        s = STATES[name]
+        s.h, s.x, s.q, s.w, s.t, s.m, s.l = b .. 'h', b .. 'x', b .. 'q', b .. 'w', b .. 't', b .. 'm', b .. 'l'
     end
     return s
 end
@@ -216,14 +226,32 @@ local function blocker(s, hid)
     return f1, v1
 end
 
--- Grants hid a new hold of k counts on s. Returns its token.
+-- A number passed to redis.call becomes a string through printf, which
+-- costs more than the command itself: the ones every grant needs are made
+-- once per batch, and the times of leases once per distinct value.
+local NOW_S, NOW_US_S = num(NOW), num(NOW_US)
+local AT = {}
+local function at(ms)
+    local s = AT[ms]
+    if s == nil then
+        s = num(ms)
+        AT[ms] = s
+    end
+    return s
+end
+
+-- Grants hid a new hold of k counts on s. Returns its token. The token is
+-- Redis's clock in microseconds, or one above the last when that is ahead.
 local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
-    local last = tonumber(redis.call('GET', s.t) or '0')
-    local token = num(math.max(last + 1, NOW_US))
-    redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
-    redis.call('HSET', s.h, hid, hold_encode({ count = k, token = token, since = NOW, lease = lease,
-        bounded = bounded, daemon = daemon, wid = wid, client = client }))
-    redis.call('ZADD', s.x, expiry, hid)
+    local token = NOW_US_S
+    local last = redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS, 'GET')
+    if last and tonumber(last) >= NOW_US then
+        token = num(tonumber(last) + 1)
+        redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
+    end
+    redis.call('HSET', s.h, hid, table.concat({ k == 1 and '1' or num(k), token, NOW_S, lease, bounded, daemon,
+                                                wid, client }, ' '))
+    redis.call('ZADD', s.x, at(expiry), hid)
     return token
 end
 
@@ -430,9 +458,9 @@ local function finish(results)
             end
             expire(s)
         elseif s.upto then
-            local at = num(s.upto + KEY_MARGIN_MS)
-            redis.call('PEXPIREAT', s.h, at)
-            redis.call('PEXPIREAT', s.x, at)
+            local t = at(s.upto + KEY_MARGIN_MS)
+            redis.call('PEXPIREAT', s.h, t)
+            redis.call('PEXPIREAT', s.x, t)
         end
     end
     local r = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }

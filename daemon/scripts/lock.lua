@@ -26,7 +26,7 @@ if S == nil then
         local tokens, counts = {}, {}
         for i, name in ipairs(NAMES) do
             local s = peek(name)
-            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client), 1
+            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, ARGV[A + 6], bounded, DAEMON, wid, client), '1'
             s.upto = math.max(s.upto or 0, NOW + ttl)
         end
         return reply('OK', join(tokens), join(counts), 0)

@@ -19,10 +19,13 @@ if S == nil then
         end
         v = v or redis.call('HGET', s.h, m .. who)
         local ends = v and redis.call('ZSCORE', s.x, m .. who)
-        local h = ends and tonumber(ends) > NOW and hold_decode(v)
-        if h and (token == '' or h.token == token) and (all or k <= h.count) then
-            h.count = all and 0 or h.count - k
-            if h.count > 0 then
+        local held, tok = string.match(v or '', '^(%d+) (%d+) ')
+        held = ends and tonumber(ends) > NOW and tonumber(held)
+        if held and (token == '' or tok == token) and (all or k <= held) then
+            local left = all and 0 or held - k
+            if left > 0 then
+                local h = hold_decode(v)
+                h.count = left
                 redis.call('HSET', s.h, m .. who, hold_encode(h))
             else
                 redis.call('HDEL', s.h, m .. who)
@@ -31,7 +34,7 @@ if S == nil then
                     prepare(NAMES)
                 end
             end
-            return reply('OK', h.count, m, 0)
+            return reply('OK', left, m, 0)
         end
     end
     S = prepare(NAMES)
