@@ -72,9 +72,10 @@ local function hold_decode(v)
              bounded = bounded, daemon = daemon, wid = wid, client = client }
 end
 
+-- since may be given as a string already (see NOW_S).
 local function hold_encode(h)
-    return table.concat({ h.count, h.token, num(h.since), h.lease, h.bounded, h.daemon, h.wid,
-                          h.client }, ' ')
+    return table.concat({ h.count, h.token, type(h.since) == 'string' and h.since or num(h.since), h.lease,
+                          h.bounded, h.daemon, h.wid, h.client }, ' ')
 end
 
 local function waiter_decode(v)
@@ -249,8 +250,9 @@ local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
         token = num(tonumber(last) + 1)
         redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
     end
-    redis.call('HSET', s.h, hid, table.concat({ k == 1 and '1' or num(k), token, NOW_S, lease, bounded, daemon,
-                                                wid, client }, ' '))
+    redis.call('HSET', s.h, hid, hold_encode({ count = k == 1 and '1' or num(k), token = token, since = NOW_S,
+                                               lease = lease, bounded = bounded, daemon = daemon, wid = wid,
+                                               client = client }))
     redis.call('ZADD', s.x, at(expiry), hid)
     return token
 end
