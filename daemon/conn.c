@@ -13,12 +13,11 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "cmd.h"
 #include "conn.h"
 #include "dict.h"
+#include "hooks.h"
 #include "log.h"
 #include "mem.h"
-#include "reqid.h"
 #include "session.h"
 
 static uint64_t next_conn_id = 1;
@@ -137,7 +136,7 @@ static void req_end(struct req *r)
     struct dlockd *d = r->d;
 
     if (r->idrec)
-        reqid_dropped(r);
+        r->d->hooks->dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
         c->nrunning--;
@@ -253,9 +252,9 @@ void req_send(struct req *r, const char *body)
     stats_reply(&r->d->stats, r->pr.verb, body);
     /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
     if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
-        reqid_dropped(r);
+        r->d->hooks->dropped(r);
     else if (r->idrec)
-        reqid_answered(r, body);
+        r->d->hooks->answered(r, body);
     if (r->c)
         send_line(r->c, r->pr.tag, body);
     req_end(r);
@@ -394,7 +393,7 @@ static void run(struct conn *c, struct req *r)
     c->nrunning++;
     if (r->untagged)
         c->untagged_busy = 1;
-    cmd_dispatch(r);
+    r->d->hooks->dispatch(r);
 }
 
 /* 1 while the next queued line must wait: an untagged request runs or,
@@ -423,7 +422,7 @@ static void advance(struct conn *c)
     while ((r = TAILQ_FIRST(&c->starting)) != NULL) {
         TAILQ_REMOVE(&c->starting, r, idlink);
         r->gone = NULL;
-        cmd_run(r);
+        r->d->hooks->run(r);
     }
     while (!c->closing && !c->quitting && !busy(c) && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
@@ -682,7 +681,31 @@ void conn_authed(struct conn *c)
     c->authed = 1;
     deadline_cancel(c->d->deadlines, &c->auth_dl);
     if (c->session == NULL)
-        session_attach(session_new(c->d, c->peer, c->d->cfg.session_ttl), c);
+        conn_attach(c, session_new(c->d, c->peer, c->d->cfg.session_ttl));
+}
+
+void conn_attach(struct conn *c, struct session *s)
+{
+    struct conn *old = s->conn;
+
+    if (c->session && c->session != s)
+        c->session->conn = NULL;
+    s->conn = c;
+    c->session = s;
+    if (old && old != c) {
+        old->session = NULL;
+        conn_event(old, "BYE reason=moved");
+        conn_close_soon(old, "session moved");
+    }
+}
+
+void conn_session_ended(struct conn *c, int expired)
+{
+    c->session = NULL;
+    if (expired) {
+        conn_event(c, "BYE reason=expired");
+        conn_close_soon(c, "session expired");
+    }
 }
 
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)

@@ -119,6 +119,13 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
+/*
+ * Attaches s to c, detaching the session c had. A connection s had before
+ * is told * BYE reason=moved and closed (its waits are cancelled).
+ */
+void conn_attach(struct conn *c, struct session *s);
+/* c's session ended: c has none now; after its expiry c is told * BYE and closed. */
+void conn_session_ended(struct conn *c, int expired);
 /* Marks c authenticated and gives it a fresh session if it has none. */
 void conn_authed(struct conn *c);
 /*

@@ -11,6 +11,7 @@
 #include "admin.h"
 #include "batch.h"
 #include "conn.h"
+#include "daemon.h"
 #include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
@@ -202,6 +203,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if ((d.base = event_base_new()) == NULL)
         fatalx("event_base_new failed");
+    d.hooks = &daemon_hooks;
     dlockd_random_id(d.id);
     d.started = now_ms();
     d.deadlines = deadlines_new(d.base);
@@ -215,7 +217,7 @@ int main(int argc, char **argv)
         dlockd_free(&d);
         return 1;
     }
-    d.redis = redis_new(&d);
+    d.redis = redis_new(&d, &daemon_redis_owner);
     redis_start(d.redis);
     renew_start(&d);
     watchdog_start(&d);

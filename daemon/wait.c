@@ -33,8 +33,8 @@ static void wait_attach(struct wait *w, struct session *s)
 {
     w->s = s;
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
-    if (w->wait_ms != 0)
-        deadlock_add(w->d, w); /* one that never queues is in no chain of waits */
+    if (w->wait_ms != 0 && w->kind == WAIT_LOCK)
+        deadlock_add(w->d, &w->edges); /* one that never queues is in no chain of waits */
     s->nreserved += w->nnames;
     s->nwaits += w->wait_ms != 0;
     w->d->nreserved += (uint64_t)w->nnames;
@@ -48,8 +48,8 @@ static void wait_detach(struct wait *w)
     if (s == NULL)
         return;
     TAILQ_REMOVE(&s->waits, w, in_session);
-    if (w->wait_ms != 0)
-        deadlock_remove(w->d, w);
+    if (w->wait_ms != 0 && w->kind == WAIT_LOCK)
+        deadlock_remove(w->d, &w->edges);
     s->nreserved -= w->nnames;
     s->nwaits -= w->wait_ms != 0;
     w->d->nreserved -= (uint64_t)w->nnames;
@@ -725,6 +725,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     w->client = put(&p, s->name);
     for (int i = 0; i < w->nnames; i++)
         w->names[i] = put(&p, pr->names[i]);
+    w->edges = (struct deadlock_edges){ w->hid, w->nnames, (const char *const *)w->names };
     deadline_init(&w->timeout, on_timeout);
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)

@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include "deadline.h"
+#include "deadlock.h"
 #include "hold.h"
 #include "proto.h"
 
@@ -36,6 +37,7 @@ struct wait {
     int resubmit;             /* the cancel checks a lapsed entry: queue again */
     int quitting;             /* its connection QUITs: cancel, keeping the request until answered */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
+    struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
     TAILQ_ENTRY(wait) in_session;
     int nnames;
     char *names[];            /* then the strings of hid, client and names */

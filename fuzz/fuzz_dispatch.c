@@ -30,6 +30,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "daemon.h"
 #include "deadlock.h"
 #include "dict.h"
 #include "dlockd.h"
@@ -224,6 +225,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if ((D.base = event_base_new()) == NULL)
         FAIL("event_base_new");
     snprintf(D.id, sizeof(D.id), "f0f0f0f0f0f0f0f0");
+    D.hooks = &daemon_hooks;
     D.started = now_ms();
     D.deadlines = deadlines_new(D.base);
     D.sessions = dict_new();
@@ -234,7 +236,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     conn_init(&D);
     for (int k = 0; k < NCLIENTS; k++)
         clients[k].fd = -1;
-    D.redis = redis_new(&D); /* never started: the backend is down */
+    D.redis = redis_new(&D, &daemon_redis_owner); /* never started: the backend is down */
     return 0;
 }
 
