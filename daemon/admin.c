@@ -13,7 +13,7 @@
 #include "log.h"
 #include "redis.h"
 #include "server.h"
-#include "stats.h"
+#include "info.h"
 
 #define ADMIN_MAX_HEADERS 8192 /* bytes of request line and headers; more gets 400 */
 #define ADMIN_TIMEOUT_S 5      /* a connection that sends or takes nothing this long is closed */
@@ -28,7 +28,7 @@ static void on_metrics(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *body = evbuffer_new();
 
-    stats_metrics(arg, body);
+    info_metrics(arg, body);
     reply(req, HTTP_OK, "OK", "text/plain; version=0.0.4", body);
     evbuffer_free(body);
 }
@@ -52,7 +52,7 @@ static void on_healthz(struct evhttp_request *req, void *arg)
 static void on_status(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *body = evbuffer_new();
-    char *json = stats_info_json(arg);
+    char *json = info_json(arg);
 
     evbuffer_add_printf(body, "%s\n", json);
     free(json);

@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "conn.h"
 #include "dict.h"
+#include "info.h"
 #include "latch.h"
 #include "lock.h"
 #include "log.h"
@@ -171,7 +172,7 @@ static void hello_resume(struct req *r)
     if (old != s) {
         if (TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
             session_end(s, SESSION_QUIT);
-        session_attach(old, c);
+        conn_attach(c, old);
     }
     hello_reply(r, old, r->pr.secret, 1);
 }
@@ -214,7 +215,7 @@ static void cmd_auth(struct req *r)
 
 static void cmd_info(struct req *r)
 {
-    char *json = stats_info_json(r->d);
+    char *json = info_json(r->d);
 
     req_reply(r, "OK", "%s", json);
     free(json);

@@ -1,5 +1,6 @@
 /* conn.c - a client connection: splits input into lines, runs untagged
  * requests one at a time and tagged ones at once, and writes replies and events. */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,18 +14,37 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "cmd.h"
 #include "conn.h"
 #include "dict.h"
+#include "hooks.h"
 #include "log.h"
 #include "mem.h"
-#include "reqid.h"
 #include "session.h"
 
 static uint64_t next_conn_id = 1;
 
 static void conn_free(struct conn *c, const char *reason);
 static void advance_soon(struct conn *c);
+
+static const char *const state_names[] = { "open", "quitting", "closing" };
+
+/* state_moves[from] has bit `to` set when the move is legal; the close
+ * paths (cut, conn_close_soon, conn_free) may meet a closing connection. */
+static const unsigned state_moves[] = {
+    [CONN_OPEN] = 1u << CONN_QUITTING | 1u << CONN_CLOSING,
+    [CONN_QUITTING] = 1u << CONN_CLOSING,
+    [CONN_CLOSING] = 1u << CONN_CLOSING,
+};
+
+/* Moves c to state s; a move not in state_moves is a bug. */
+static void conn_state(struct conn *c, enum conn_state s)
+{
+    if (!(state_moves[c->state] & 1u << s)) {
+        log_warnx("c%llu: bug: state %s -> %s", (unsigned long long)c->id, state_names[c->state], state_names[s]);
+        assert(!"illegal connection state move");
+    }
+    c->state = s;
+}
 
 /* Frees c on a later turn of the loop: its callers may still be using it. */
 static void reap_soon(struct conn *c, const char *reason)
@@ -51,7 +71,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 /* Stops reading c and drops the replies it has not taken. */
 static void cut(struct conn *c, const char *reason)
 {
-    c->closing = 1;
+    conn_state(c, CONN_CLOSING);
     event_del(c->readable);
     if (c->writable)
         event_free(c->writable);
@@ -82,7 +102,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     evbuffer_free(c->out);
     c->writable = NULL;
     c->out = NULL;
-    if (c->closing)
+    if (c->state == CONN_CLOSING)
         reap_soon(c, c->close_reason);
 }
 
@@ -90,7 +110,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
  * and no write event. What does not fit waits in c->out until it does. */
 static void write_line(struct conn *c, const char *line, size_t len)
 {
-    if (c->closing)
+    if (c->state == CONN_CLOSING)
         return;
     if (c->out == NULL) {
         ssize_t n = send(c->fd, line, len, MSG_NOSIGNAL);
@@ -137,7 +157,7 @@ static void req_end(struct req *r)
     struct dlockd *d = r->d;
 
     if (r->idrec)
-        reqid_dropped(r);
+        r->d->hooks->dropped(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
         c->nrunning--;
@@ -187,7 +207,7 @@ static void tell_running(struct conn *c, int quitting)
 
 void conn_quit(struct conn *c, struct req *r)
 {
-    c->quitting = 1;
+    conn_state(c, CONN_QUITTING);
     c->quit = r;
     tell_running(c, 1);
     advance_soon(c);
@@ -195,7 +215,7 @@ void conn_quit(struct conn *c, struct req *r)
 
 int conn_gone(const struct conn *c)
 {
-    return c == NULL || c->closing || c->eof;
+    return c == NULL || c->state == CONN_CLOSING || c->eof;
 }
 
 /* Writes "[#tag ]text\n" to c, whatever its length; a line break in text becomes a space. */
@@ -253,9 +273,9 @@ void req_send(struct req *r, const char *body)
     stats_reply(&r->d->stats, r->pr.verb, body);
     /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
     if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
-        reqid_dropped(r);
+        r->d->hooks->dropped(r);
     else if (r->idrec)
-        reqid_answered(r, body);
+        r->d->hooks->answered(r, body);
     if (r->c)
         send_line(r->c, r->pr.tag, body);
     req_end(r);
@@ -307,7 +327,7 @@ int req_start_soon(struct req *r)
 {
     struct conn *c = r->c;
 
-    if (conn_gone(c) || c->quitting)
+    if (conn_gone(c) || c->state == CONN_QUITTING)
         return -1;
     TAILQ_INSERT_TAIL(&c->starting, r, idlink);
     r->gone = start_gone;
@@ -394,7 +414,7 @@ static void run(struct conn *c, struct req *r)
     c->nrunning++;
     if (r->untagged)
         c->untagged_busy = 1;
-    cmd_dispatch(r);
+    r->d->hooks->dispatch(r);
 }
 
 /* 1 while the next queued line must wait: an untagged request runs or,
@@ -423,9 +443,9 @@ static void advance(struct conn *c)
     while ((r = TAILQ_FIRST(&c->starting)) != NULL) {
         TAILQ_REMOVE(&c->starting, r, idlink);
         r->gone = NULL;
-        cmd_run(r);
+        r->d->hooks->run(r);
     }
-    while (!c->closing && !c->quitting && !busy(c) && (q = TAILQ_FIRST(&c->queued)) != NULL) {
+    while (c->state == CONN_OPEN && !busy(c) && (q = TAILQ_FIRST(&c->queued)) != NULL) {
         if (++n > ADVANCE_BATCH) {
             advance_soon(c); /* let the other connections have a turn */
             return;
@@ -435,7 +455,7 @@ static void advance(struct conn *c)
         run(c, req_new(c, q->line, q->len, q->arrived));
         free(q);
     }
-    if (c->closing)
+    if (c->state == CONN_CLOSING)
         return;
     if (c->quit && TAILQ_FIRST(&c->running) == c->quit && TAILQ_NEXT(c->quit, link) == NULL)
         quit_now(c);
@@ -494,7 +514,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
     uint64_t now = now_ms();
     struct queued *q;
 
-    if (c->quitting)
+    if (c->state != CONN_OPEN)
         return; /* nothing sent after QUIT runs */
     if (c->session)
         session_touch(c->session);
@@ -535,7 +555,7 @@ static void feed(struct conn *c, const char *data, size_t len)
         c->part = NULL;
         c->partlen = 0;
     }
-    while (!c->closing && p < end) {
+    while (c->state != CONN_CLOSING && p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
 
         if (nl == NULL ? (size_t)(end - p) >= max : (size_t)(nl - p) + 1 > max) {
@@ -548,7 +568,7 @@ static void feed(struct conn *c, const char *data, size_t len)
         take_line(c, p, (size_t)(nl - p));
         p = nl + 1;
     }
-    if (!c->closing && p < end) {
+    if (c->state != CONN_CLOSING && p < end) {
         c->partlen = (size_t)(end - p);
         if ((c->part = malloc(c->partlen)) == NULL)
             fatalx("conn: out of memory");
@@ -568,7 +588,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if ((n = recv(fd, buf, sizeof(buf), 0)) > 0)
         feed(c, buf, (size_t)n);
-    else if (n == 0 && !c->eof && !c->closing)
+    else if (n == 0 && !c->eof && c->state != CONN_CLOSING)
         on_eof(c);
     else if (n == 0)
         conn_free(c, "closed by client");
@@ -592,10 +612,10 @@ static void on_eof(struct conn *c)
 
 void conn_close_soon(struct conn *c, const char *reason)
 {
-    if (c->closing)
+    if (c->state == CONN_CLOSING)
         return;
     log_debug("c%llu: closing: %s", (unsigned long long)c->id, reason);
-    c->closing = 1;
+    conn_state(c, CONN_CLOSING);
     c->close_reason = reason;
     event_del(c->readable);
     tell_running(c, 0);
@@ -611,7 +631,7 @@ static void conn_free(struct conn *c, const char *reason)
 
     if (reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
-    c->closing = 1;
+    conn_state(c, CONN_CLOSING);
     tell_running(c, 0);
     while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, q, link);
@@ -682,7 +702,31 @@ void conn_authed(struct conn *c)
     c->authed = 1;
     deadline_cancel(c->d->deadlines, &c->auth_dl);
     if (c->session == NULL)
-        session_attach(session_new(c->d, c->peer, c->d->cfg.session_ttl), c);
+        conn_attach(c, session_new(c->d, c->peer, c->d->cfg.session_ttl));
+}
+
+void conn_attach(struct conn *c, struct session *s)
+{
+    struct conn *old = s->conn;
+
+    if (c->session && c->session != s)
+        c->session->conn = NULL;
+    s->conn = c;
+    c->session = s;
+    if (old && old != c) {
+        old->session = NULL;
+        conn_event(old, "BYE reason=moved");
+        conn_close_soon(old, "session moved");
+    }
+}
+
+void conn_session_ended(struct conn *c, int expired)
+{
+    c->session = NULL;
+    if (expired) {
+        conn_event(c, "BYE reason=expired");
+        conn_close_soon(c, "session expired");
+    }
 }
 
 struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)

@@ -44,6 +44,13 @@ struct queued {
     char line[];
 };
 
+/* The life of a connection (conn.c `state_moves` lists the moves). */
+enum conn_state {
+    CONN_OPEN,     /* requests run as they come */
+    CONN_QUITTING, /* QUIT ran: nothing behind it runs; it closes once QUIT is answered */
+    CONN_CLOSING,  /* closes once its output is written; nothing new runs */
+};
+
 struct conn {
     struct dlockd *d;
     evutil_socket_t fd;
@@ -58,11 +65,11 @@ struct conn {
     int authing;              /* a wrong password waits for auth-fail-delay */
     int auth_failures;        /* wrong passwords so far */
     int untagged_busy;        /* an untagged request is being served */
-    int closing;              /* close once the output is written */
-    int eof;                  /* the client sent no more: finish what it sent, then close */
-    int quitting;             /* QUIT ran: nothing behind it runs */
-    int advancing;            /* in d->advancing */
-    int reaping;              /* in d->reaping */
+    enum conn_state state;    /* moved only by conn_state */
+    int eof;                  /* the client sent no more: finish what it sent, then close; apart
+                               * from state, since a client may half-close whether QUIT ran or not */
+    int advancing;            /* in d->advancing (a list mark, not a state: any state may advance) */
+    int reaping;              /* in d->reaping (likewise) */
     struct req *quit;         /* a QUIT waiting for the requests before it to end */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     const char *close_reason; /* for the log, when it is freed */
@@ -119,6 +126,13 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
+/*
+ * Attaches s to c, detaching the session c had. A connection s had before
+ * is told * BYE reason=moved and closed (its waits are cancelled).
+ */
+void conn_attach(struct conn *c, struct session *s);
+/* c's session ended: c has none now; after its expiry c is told * BYE and closed. */
+void conn_session_ended(struct conn *c, int expired);
 /* Marks c authenticated and gives it a fresh session if it has none. */
 void conn_authed(struct conn *c);
 /*

@@ -9,8 +9,6 @@
 #include "dlockd.h"
 #include "hold.h"
 #include "log.h"
-#include "session.h"
-#include "wait.h"
 
 /* An owner with LOCK waits: a node of the graph with edges out. */
 struct waiter {
@@ -18,7 +16,7 @@ struct waiter {
     struct waiter *next;   /* the search queue */
     uint64_t visit;        /* the search that last reached it */
     int n, cap;            /* waits in waits, slots */
-    struct wait **waits;   /* its LOCK waits */
+    const struct deadlock_edges **waits; /* its LOCK waits */
 };
 
 struct deadlock {
@@ -64,12 +62,10 @@ void deadlock_free(struct deadlock *g)
     free(g);
 }
 
-void deadlock_add(struct dlockd *d, struct wait *w)
+void deadlock_add(struct dlockd *d, const struct deadlock_edges *w)
 {
     struct waiter *o;
 
-    if (w->kind != WAIT_LOCK)
-        return;
     if ((o = dict_get(d->deadlock->waiters, w->hid + 1)) == NULL) {
         if ((o = calloc(1, sizeof(*o))) == NULL)
             fatalx("deadlock: out of memory");
@@ -83,12 +79,12 @@ void deadlock_add(struct dlockd *d, struct wait *w)
     o->waits[o->n++] = w;
 }
 
-void deadlock_remove(struct dlockd *d, struct wait *w)
+void deadlock_remove(struct dlockd *d, const struct deadlock_edges *w)
 {
     struct waiter *o;
     int i;
 
-    if (w->kind != WAIT_LOCK || (o = dict_get(d->deadlock->waiters, w->hid + 1)) == NULL)
+    if ((o = dict_get(d->deadlock->waiters, w->hid + 1)) == NULL)
         return;
     for (i = 0; i < o->n && o->waits[i] != w; i++)
         ;
@@ -161,8 +157,8 @@ static int step(struct search *sr)
     if ((sr->head = o->next) == NULL)
         sr->tail = NULL;
     for (int i = 0; i < o->n && found == 0; i++) {
-        const struct wait *w = o->waits[i];
-        found = follow(sr, o->who, w->hid[0], w->nnames, (const char *const *)w->names);
+        const struct deadlock_edges *w = o->waits[i];
+        found = follow(sr, o->who, w->hid[0], w->nnames, w->names);
     }
     return found;
 }

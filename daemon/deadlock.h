@@ -5,15 +5,22 @@
 #define DEADLOCK_BUDGET 10000 /* names and holds one search looks at, at most */
 
 struct dlockd;
-struct wait;
+
+/* The edges of one LOCK wait: from its owner to the holders of names it waits for. */
+struct deadlock_edges {
+    const char *hid;           /* mode, session id, ':', owner */
+    int nnames;
+    const char *const *names;
+};
 
 /* The graph's index: the LOCK waits of each owner. */
 struct deadlock *deadlock_new(void);
 void deadlock_free(struct deadlock *g);
-/* Puts w, a wait that has joined its session's waits, in the graph (only LOCK waits are edges). */
-void deadlock_add(struct dlockd *d, struct wait *w);
-/* Takes w out of the graph, as it leaves its session's waits. */
-void deadlock_remove(struct dlockd *d, struct wait *w);
+/* Puts the edges of a LOCK wait that joined its session's waits in the graph; w stays
+ * the caller's, and must live until deadlock_remove. */
+void deadlock_add(struct dlockd *d, const struct deadlock_edges *w);
+/* Takes them out of the graph, as the wait leaves its session's waits. */
+void deadlock_remove(struct dlockd *d, const struct deadlock_edges *w);
 
 /*
  * 1 when a request of who (session:owner) to hold names in mode (x or s)

@@ -21,12 +21,14 @@ struct conn;
 struct evhttp;
 struct args;
 struct idrec;
+struct hooks;
 
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(idrec_list, idrec);
 
 struct dlockd {
     struct event_base *base;
+    const struct hooks *hooks;  /* calls from the lower layers up (hooks.h) */
     struct config cfg;
     char id[DLOCKD_ID_LEN + 1]; /* this daemon, in wids and its pub/sub channel */
     struct server *server;      /* listeners */

@@ -4,15 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
 #include "conn.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "hold.h"
+#include "hooks.h"
 #include "log.h"
 #include "mem.h"
 #include "session.h"
-#include "wait.h"
 
 void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix)
 {
@@ -22,7 +21,7 @@ void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char su
 int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names, int nargs,
                 const char **args, redis_cb *cb, redis_cb *late, void *arg)
 {
-    return batch_op(d, op, 1, nnames, names, nargs, args, cb, late, arg);
+    return d->hooks->script(d, op, 1, nnames, names, nargs, args, cb, late, arg);
 }
 
 struct lname *hold_name(struct dlockd *d, const char *name)
@@ -164,7 +163,7 @@ void hold_release(struct dlockd *d, const char *name, const char *hid, const cha
     snprintf(kbuf, sizeof(kbuf), "%lld", k);
     snprintf(dbuf, sizeof(dbuf), "%lld", (long long)delay);
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
-    if (batch_op(d, OP_UNLOCK, 0, 1, &name, 6, args, on_release, NULL, NULL))
+    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, 6, args, on_release, NULL, NULL))
         log_warnx("backend down: '%s' is left to its lease in Redis", name);
 }
 

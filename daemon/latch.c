@@ -249,7 +249,7 @@ static void on_gone(struct req *r)
 
     /* After EOF an AWAIT still reading is answered if it need not wait, as a LOCK
      * granted at once is; on_read drops it if it would have to wait. */
-    if (r->c && r->c->eof && !r->c->closing && a->reading)
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING && a->reading)
         return;
     finish(a, NULL);
 }

@@ -9,19 +9,14 @@
 #include <event2/event.h>
 
 #include "admin.h"
-#include "batch.h"
 #include "conn.h"
-#include "deadlock.h"
-#include "dict.h"
+#include "daemon.h"
 #include "dlockd.h"
-#include "latch.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
 #include "renew.h"
 #include "server.h"
-#include "session.h"
-#include "wait.h"
 
 #define SHUTDOWN_FLUSH_MS 200 /* time to write * BYE before closing */
 
@@ -128,36 +123,6 @@ static void watchdog_start(struct dlockd *d)
     evtimer_add(d->watchdog, &tv);
 }
 
-/* Frees everything. Holds stay in Redis until their lease: clients learn
- * nothing from a release they did not ask for, and a daemon that restarts
- * quickly does not hand their locks to others meanwhile. */
-static void dlockd_free(struct dlockd *d)
-{
-    batch_close(d);
-    if (d->redis)
-        redis_close(d->redis);
-    server_close(d);
-    admin_stop(d);
-    conn_close_all(d);
-    session_free_all(d);
-    wait_free_all(d);
-    latch_free_all(d);
-    if (d->redis)
-        redis_free(d->redis);
-    if (d->watchdog)
-        event_free(d->watchdog);
-    if (d->renew_timer)
-        event_free(d->renew_timer);
-    dict_free(d->sessions);
-    dict_free(d->waits);
-    deadlock_free(d->deadlock);
-    dict_free(d->names);
-    dict_free(d->latches);
-    deadlines_free(d->deadlines);
-    config_free(&d->cfg);
-    event_base_free(d->base);
-}
-
 static void parse_args(int argc, char **argv, struct args *a, int *test_config)
 {
     int i = 1;
@@ -200,22 +165,12 @@ int main(int argc, char **argv)
     log_set_level(d.cfg.log_level);
     log_set_syslog(d.cfg.log_syslog);
     signal(SIGPIPE, SIG_IGN);
-    if ((d.base = event_base_new()) == NULL)
-        fatalx("event_base_new failed");
     dlockd_random_id(d.id);
-    d.started = now_ms();
-    d.deadlines = deadlines_new(d.base);
-    d.sessions = dict_new();
-    d.waits = dict_new();
-    d.deadlock = deadlock_new();
-    d.names = dict_new();
-    d.latches = dict_new();
-    conn_init(&d);
+    daemon_init(&d);
     if (server_listen(&d) || admin_start(&d) || check_protected(&d, d.cfg.requirepass)) {
-        dlockd_free(&d);
+        daemon_free(&d);
         return 1;
     }
-    d.redis = redis_new(&d);
     redis_start(d.redis);
     renew_start(&d);
     watchdog_start(&d);
@@ -230,7 +185,7 @@ int main(int argc, char **argv)
     event_free(sigint);
     event_free(sigterm);
     event_free(sighup);
-    dlockd_free(&d);
+    daemon_free(&d);
     log_info("dlockd stopped; holds are left to their lease in Redis");
     return 0;
 }

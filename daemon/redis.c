@@ -14,14 +14,10 @@
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 
-#include "conn.h"
 #include "dlockd.h"
-#include "latch.h"
-#include "wait.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
-#include "renew.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -38,6 +34,7 @@ enum link_shown { SHOWN_NOTHING, SHOWN_UP, SHOWN_DOWN, SHOWN_REFUSED };
 
 struct redis {
     struct dlockd *d;
+    const struct redis_owner *owner; /* what the link tells, and to whom */
     redisAsyncContext *ac;    /* scripts; NULL while down */
     redisAsyncContext *sub;   /* pub/sub; NULL while down */
     enum link_state state;
@@ -128,7 +125,7 @@ static void enter_jeopardy(struct redis *rd)
     if (rd->jeopardy)
         return;
     rd->jeopardy = 1;
-    conn_broadcast(rd->d, "JEOPARDY");
+    rd->owner->broadcast(rd->d, "JEOPARDY");
 }
 
 /* A call failed while the link is up; silent: Redis did not answer at all. */
@@ -164,7 +161,7 @@ void redis_renewed(struct redis *rd)
         return;
     rd->jeopardy = 0;
     log_info("backend: safe again, every hold renewed");
-    conn_broadcast(rd->d, "SAFE");
+    rd->owner->broadcast(rd->d, "SAFE");
 }
 
 /* --- replies */
@@ -278,7 +275,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     if (r && rd->recheck && rd->jeopardy) {
         rd->recheck = 0;
-        renew_now(rd->d);
+        rd->owner->renew(rd->d);
     }
     call_free(call);
 }
@@ -381,7 +378,7 @@ static void link_up(struct redis *rd)
     } else {
         notify("STATUS=serving, Redis connected again");
     }
-    renew_now(rd->d);
+    rd->owner->renew(rd->d);
 }
 
 /* The reply of a handshake command on ac, or NULL when it is stale or the link went. */
@@ -467,10 +464,7 @@ static void on_message(redisAsyncContext *ac, void *reply, void *privdata)
     }
     if (strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
         return;
-    if (strcmp(r->element[1]->str, rd->latch_channel) == 0)
-        latch_on_message(rd->d, r->element[2]->str);
-    else
-        wait_on_message(rd->d, r->element[2]->str);
+    rd->owner->message(rd->d, strcmp(r->element[1]->str, rd->latch_channel) == 0, r->element[2]->str);
 }
 
 static void on_handshake_late(struct deadline *dl)
@@ -609,13 +603,14 @@ static void link_fail(struct redis *rd, int refused, const char *fmt, ...)
     release_held(rd);
 }
 
-struct redis *redis_new(struct dlockd *d)
+struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner)
 {
     struct redis *rd = calloc(1, sizeof(*rd));
 
     if (rd == NULL || (rd->reconnect = evtimer_new(d->base, on_reconnect, rd)) == NULL)
         fatalx("redis: out of memory");
     rd->d = d;
+    rd->owner = owner;
     rd->backoff = BACKOFF_MIN_MS;
     TAILQ_INIT(&rd->held);
     deadline_init(&rd->handshake, on_handshake_late);

@@ -17,7 +17,15 @@ struct dlockd;
  */
 typedef void redis_cb(struct dlockd *d, redisReply *r, void *arg);
 
-struct redis *redis_new(struct dlockd *d);
+/* What the link tells its owner; the link calls nothing else above it. */
+struct redis_owner {
+    void (*broadcast)(struct dlockd *d, const char *event);        /* to every session: JEOPARDY, SAFE */
+    void (*message)(struct dlockd *d, int latch, const char *msg); /* on the latch channel (1) or this daemon's */
+    void (*renew)(struct dlockd *d);                               /* renew every lease now: the link is back */
+};
+
+/* A link to Redis that reports to owner (not copied), not connected yet. */
+struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner);
 /* Drops the link for good; pending calls are answered NULL. */
 void redis_close(struct redis *rd);
 void redis_free(struct redis *rd);

@@ -221,7 +221,7 @@ static int add_wait(const char *key, void *val, void *arg)
     struct wait *w = val;
 
     (void)key;
-    if (!w->queued || w->cancelling)
+    if (w->phase != WAIT_QUEUED)
         return 0;
     for (int i = 0; i < w->nnames; i++)
         add(cy, w->names[i], "@", w->wid, cy->lease, "");

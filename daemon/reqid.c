@@ -80,7 +80,7 @@ static void retry_gone(struct req *r)
 
     /* After EOF what was sent is still answered: a repeat of a request on the same
      * connection gets its reply, or is dropped with it (reqid_dropped). */
-    if (r->c && r->c->eof && !r->c->closing && rec->owner && rec->owner->c == r->c)
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING && rec->owner && rec->owner->c == r->c)
         return;
     TAILQ_REMOVE(&rec->retries, r, idlink);
     req_drop(r);

@@ -7,12 +7,9 @@
 #include <nettle/memops.h>
 #include <nettle/sha2.h>
 
-#include "conn.h"
 #include "dict.h"
-#include "hold.h"
-#include "wait.h"
+#include "hooks.h"
 #include "log.h"
-#include "reqid.h"
 #include "session.h"
 
 static void on_expiry(struct deadline *dl)
@@ -114,32 +111,13 @@ void session_set_ttl(struct session *s, int64_t ttl)
     deadline_arm(s->d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
 }
 
-void session_attach(struct session *s, struct conn *c)
-{
-    struct conn *old = s->conn;
-
-    if (c->session && c->session != s)
-        c->session->conn = NULL;
-    s->conn = c;
-    c->session = s;
-    if (old && old != c) {
-        old->session = NULL;
-        conn_event(old, "BYE reason=moved");
-        conn_close_soon(old, "session moved");
-    }
-}
-
 static int forget(const char *key, void *val, void *arg)
 {
     struct session *s = val;
-    struct hold *h;
 
     (void)key;
     (void)arg;
-    reqid_free_session(s);
-    wait_abandon_session(s);
-    while ((h = TAILQ_FIRST(&s->holds)) != NULL)
-        hold_remove(s->d, h);
+    s->d->hooks->session_forget(s);
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
     free(s->name);
@@ -162,18 +140,11 @@ void session_end(struct session *s, enum session_end why)
         if (s->hello || !TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
             log_info("s%s: session '%s' expired with %d holds", s->id, s->name, s->nholds);
     }
-    reqid_free_session(s); /* first: no repeat may start on a session that is ending */
-    wait_abandon_session(s);
-    hold_release_session(s, why == SESSION_EXPIRED);
+    d->hooks->session_ending(s, why == SESSION_EXPIRED);
     deadline_cancel(d->deadlines, &s->expiry);
     dict_del(d->sessions, s->id);
-    if (c) {
-        c->session = NULL;
-        if (why == SESSION_EXPIRED) {
-            conn_event(c, "BYE reason=expired");
-            conn_close_soon(c, "session expired");
-        }
-    }
+    if (c)
+        d->hooks->session_left(c, why == SESSION_EXPIRED);
     free(s->name);
     free(s);
 }

@@ -59,12 +59,6 @@ int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
 void session_touch(struct session *s);
 /* Sets the ttl (clamped), counted from the last request. */
 void session_set_ttl(struct session *s, int64_t ttl);
-/*
- * Attaches s to c, detaching the session c had. A connection s had before
- * is told * BYE reason=moved and closed (its waits are cancelled).
- */
-void session_attach(struct session *s, struct conn *c);
-
 enum session_end { SESSION_QUIT, SESSION_EXPIRED };
 /* Frees every session and its holds here, leaving Redis as it is (shutdown). */
 void session_free_all(struct dlockd *d);

@@ -1,22 +1,11 @@
-/* stats.c - counters and histograms, and the two documents built from them:
- * INFO (and the admin /status) as JSON, and /metrics as Prometheus text. */
-#include <inttypes.h>
-#include <stdlib.h>
+/* stats.c - the counters and latency histograms that INFO and /metrics show (info.c). */
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <jansson.h>
-
-#include "dict.h"
-#include "dlockd.h"
-#include "redis.h"
 #include "stats.h"
 
-static const uint64_t histo_bounds_us[HISTO_BUCKETS] = {
+const uint64_t histo_bounds_us[HISTO_BUCKETS] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 10000000,
 };
-
-static const char *const outcome_names[OUT_COUNT] = { "ok", "busy", "timeout", "error" };
 
 void histo_add(struct histo *h, uint64_t us)
 {
@@ -40,75 +29,4 @@ void stats_reply(struct stats *st, enum proto_verb verb, const char *body)
     else if (strncmp(body, "TIMEOUT", 7) == 0)
         o = OUT_TIMEOUT;
     st->outcomes[verb <= VERB_NVERBS ? verb : VERB_NVERBS][o]++;
-}
-
-char *stats_info_json(struct dlockd *d)
-{
-    json_t *requests = json_object(), *doc;
-    char *text;
-
-    for (int v = 0; v < VERB_NVERBS; v++)
-        json_object_set_new(requests, proto_verb_name((enum proto_verb)v), json_integer((json_int_t)d->stats.requests[v]));
-    doc = json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-                    "version", PACKAGE_VERSION, "id", d->id, "uptime_ms", (json_int_t)(now_ms() - d->started),
-                    "connections", d->nconns, "sessions", (json_int_t)dict_size(d->sessions), "holds",
-                    (json_int_t)d->nholds, "waiters", (json_int_t)dict_size(d->waits), "backend",
-                    redis_state(d->redis), "backend_error", redis_error(d->redis), "jeopardy",
-                    redis_jeopardy(d->redis), "requests", requests,
-                    "grants", (json_int_t)d->stats.grants, "busy", (json_int_t)d->stats.busy, "timeouts",
-                    (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",
-                    (json_int_t)d->stats.expired_sessions, "lost", (json_int_t)d->stats.lost, "renewed",
-                    (json_int_t)d->stats.renewed);
-    text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(doc);
-    return text;
-}
-
-static void metric(struct evbuffer *out, const char *name, const char *type, const char *help, uint64_t v)
-{
-    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name, v);
-}
-
-static void histogram(struct evbuffer *out, const char *name, const char *help, const struct histo *h)
-{
-    uint64_t cum = 0;
-
-    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    for (int i = 0; i < HISTO_BUCKETS; i++) {
-        cum += h->counts[i];
-        evbuffer_add_printf(out, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, (double)histo_bounds_us[i] / 1e6, cum);
-    }
-    evbuffer_add_printf(out, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n", name, h->n,
-                        name, (double)h->sum_us / 1e6, name, h->n);
-}
-
-void stats_metrics(struct dlockd *d, struct evbuffer *out)
-{
-    const struct stats *st = &d->stats;
-
-    evbuffer_add_printf(out, "# HELP dlockd_requests_total Replies by verb and outcome.\n"
-                             "# TYPE dlockd_requests_total counter\n");
-    for (int v = 0; v <= VERB_NVERBS; v++)
-        for (int o = 0; o < OUT_COUNT; o++)
-            if (st->outcomes[v][o] || v < VERB_NVERBS)
-                evbuffer_add_printf(out, "dlockd_requests_total{verb=\"%s\",outcome=\"%s\"} %" PRIu64 "\n",
-                                    v < VERB_NVERBS ? proto_verb_name((enum proto_verb)v) : "none",
-                                    outcome_names[o], st->outcomes[v][o]);
-    metric(out, "dlockd_grants_total", "counter", "Holds granted, new or reentered.", st->grants);
-    metric(out, "dlockd_timeouts_total", "counter", "Waits that ended in TIMEOUT.", st->timeouts);
-    metric(out, "dlockd_renewals_total", "counter", "Renewal script calls.", st->renewals);
-    metric(out, "dlockd_renewed_leases_total", "counter", "Leases renewed in Redis.", st->renewed);
-    metric(out, "dlockd_expired_sessions_total", "counter", "Sessions that expired.", st->expired_sessions);
-    metric(out, "dlockd_lost_holds_total", "counter", "Holds lost while their session lived.", st->lost);
-    metric(out, "dlockd_connections", "gauge", "Open client connections.", (uint64_t)d->nconns);
-    metric(out, "dlockd_sessions", "gauge", "Live sessions.", dict_size(d->sessions));
-    metric(out, "dlockd_holds", "gauge", "Holds of this daemon's sessions.", d->nholds);
-    metric(out, "dlockd_waiters", "gauge", "Requests waiting or in flight.", dict_size(d->waits));
-    metric(out, "dlockd_backend_up", "gauge", "1 when the Redis link is up.", (uint64_t)redis_up(d->redis));
-    metric(out, "dlockd_backend_jeopardy", "gauge", "1 while holds cannot be renewed.",
-           (uint64_t)redis_jeopardy(d->redis));
-    metric(out, "dlockd_uptime_seconds", "gauge", "Seconds since start.", (now_ms() - d->started) / 1000);
-    histogram(out, "dlockd_backend_latency_seconds", "Redis round trip of a script call.", &st->backend);
-    histogram(out, "dlockd_handoff_latency_seconds",
-              "From sending the script that freed a name to answering the waiter it granted.", &st->handoff);
 }

@@ -1,4 +1,4 @@
-/* stats.h - counters, latency histograms, and the INFO and /metrics documents. */
+/* stats.h - counters and latency histograms of the daemon. */
 #ifndef DLOCKD_STATS_H
 #define DLOCKD_STATS_H
 
@@ -6,12 +6,12 @@
 
 #include "proto.h"
 
-struct dlockd;
-struct evbuffer;
-
 enum outcome { OUT_OK, OUT_BUSY, OUT_TIMEOUT, OUT_ERROR, OUT_COUNT };
 
 #define HISTO_BUCKETS 16
+
+/* Upper bounds of the buckets of every histogram, in microseconds. */
+extern const uint64_t histo_bounds_us[HISTO_BUCKETS];
 
 /* A latency histogram with fixed upper bounds (histo_bounds_us). */
 struct histo {
@@ -38,9 +38,5 @@ struct stats {
 void histo_add(struct histo *h, uint64_t us);
 /* Counts a reply body ("OK ...", "BUSY", "TIMEOUT", "ERR ...") of verb (VERB_NVERBS when unparsed). */
 void stats_reply(struct stats *st, enum proto_verb verb, const char *body);
-/* The INFO document as a JSON string (malloc'ed), one line. */
-char *stats_info_json(struct dlockd *d);
-/* Appends the Prometheus text exposition of every metric. */
-void stats_metrics(struct dlockd *d, struct evbuffer *out);
 
 #endif

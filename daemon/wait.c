@@ -2,6 +2,7 @@
  * queues each in one script; a queued one is granted by whichever script
  * frees the name (from its result here, or by pub/sub from another daemon),
  * and a grant that finds nobody waiting any more is undone. */
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,13 +29,55 @@ static char *wid_copy(const struct wait *w)
     return wid;
 }
 
+
+static const char *const phase_names[] = { "sending", "queued", "cancelling" };
+static const char *const intent_names[] = { "wanted", "recheck", "quitting", "abandoned" };
+
+/* phase_moves[from] has bit `to` set when the move is legal. A wait is sent
+ * again from the queues (a lapsed entry, after its cancel answered). */
+static const unsigned phase_moves[] = {
+    [WAIT_SENDING] = 1u << WAIT_SENDING | 1u << WAIT_QUEUED,
+    [WAIT_QUEUED] = 1u << WAIT_SENDING | 1u << WAIT_CANCELLING,
+    [WAIT_CANCELLING] = 1u << WAIT_QUEUED,
+};
+
+/* intent_moves[from], likewise. Quitting and abandoned are final but for
+ * each other: a QUIT after a timeout drops the request instead of TIMEOUT,
+ * and an abandon after a QUIT has taken the request already. */
+static const unsigned intent_moves[] = {
+    [WAIT_WANTED] = 1u << WAIT_RECHECK | 1u << WAIT_QUITTING | 1u << WAIT_ABANDONED,
+    [WAIT_RECHECK] = 1u << WAIT_WANTED | 1u << WAIT_QUITTING | 1u << WAIT_ABANDONED,
+    [WAIT_QUITTING] = 1u << WAIT_QUITTING | 1u << WAIT_ABANDONED,
+    [WAIT_ABANDONED] = 1u << WAIT_QUITTING | 1u << WAIT_ABANDONED,
+};
+
+/* Moves w to phase p; a move not in phase_moves is a bug. */
+static void wait_phase(struct wait *w, enum wait_phase p)
+{
+    if (!(phase_moves[w->phase] & 1u << p)) {
+        log_warnx("wait %s: bug: phase %s -> %s", w->wid, phase_names[w->phase], phase_names[p]);
+        assert(!"illegal wait phase move");
+    }
+    w->phase = p;
+}
+
+/* Moves w to intent i; a move not in intent_moves is a bug. */
+static void wait_intend(struct wait *w, enum wait_intent i)
+{
+    if (!(intent_moves[w->intent] & 1u << i)) {
+        log_warnx("wait %s: bug: intent %s -> %s", w->wid, intent_names[w->intent], intent_names[i]);
+        assert(!"illegal wait intent move");
+    }
+    w->intent = i;
+}
+
 /* Adds w to s, and counts what it may still be granted and whether it may wait. */
 static void wait_attach(struct wait *w, struct session *s)
 {
     w->s = s;
     TAILQ_INSERT_TAIL(&s->waits, w, in_session);
-    if (w->wait_ms != 0)
-        deadlock_add(w->d, w); /* one that never queues is in no chain of waits */
+    if (w->wait_ms != 0 && w->kind == WAIT_LOCK)
+        deadlock_add(w->d, &w->edges); /* one that never queues is in no chain of waits */
     s->nreserved += w->nnames;
     s->nwaits += w->wait_ms != 0;
     w->d->nreserved += (uint64_t)w->nnames;
@@ -48,8 +91,8 @@ static void wait_detach(struct wait *w)
     if (s == NULL)
         return;
     TAILQ_REMOVE(&s->waits, w, in_session);
-    if (w->wait_ms != 0)
-        deadlock_remove(w->d, w);
+    if (w->wait_ms != 0 && w->kind == WAIT_LOCK)
+        deadlock_remove(w->d, &w->edges);
     s->nreserved -= w->nnames;
     s->nwaits -= w->wait_ms != 0;
     w->d->nreserved -= (uint64_t)w->nnames;
@@ -122,7 +165,7 @@ static void wait_granted(struct wait *w, const char *tokens, const char *counts,
     } else {
         uint64_t sent = redis_answering_sent(d->redis);
         d->stats.grants++;
-        if (w->queued && sent)
+        if (w->phase != WAIT_SENDING && sent)
             histo_add(&d->stats.handoff, now_us() - sent);
         if (w->kind == WAIT_SEM)
             req_reply(r, "OK", "token=%s held=%s free=%s", tokens, counts, free_permits);
@@ -266,7 +309,7 @@ static int arm_heard(const char *key, void *val, void *arg)
     uint64_t now = *(const uint64_t *)arg, first = UINT64_MAX;
 
     (void)key;
-    if (!w->queued)
+    if (w->phase == WAIT_SENDING)
         return 0;
     for (int i = 0; i < w->nnames; i++) {
         const uint64_t *end = dict_get(heard.ends, w->names[i]);
@@ -330,7 +373,7 @@ void wait_on_message(struct dlockd *d, const char *msg)
 
     if (sscanf(msg, "G %63s", wid) == 1) {
         /* A cancel in flight answers GRANTED as well when it was. */
-        if ((w = dict_get(d->waits, wid)) != NULL && !w->cancelling)
+        if ((w = dict_get(d->waits, wid)) != NULL && w->phase != WAIT_CANCELLING)
             confirm(w);
     } else if (sscanf(msg, "R %200s %lld", name, &ms) == 2) {
         lease_end_heard(d, name, ms);
@@ -376,12 +419,12 @@ static void finish_submit(struct dlockd *d, const char *wid, const redisReply *r
         return;
     }
     if (strcmp(st, "WAIT") == 0) {
-        w->queued = 1;
-        if (w->quitting)
+        wait_phase(w, WAIT_QUEUED);
+        if (w->intent == WAIT_QUITTING)
             wait_cancel(w);
         else if (w->req && conn_gone(w->req->c))
             wait_abandon(w); /* its connection closed while it was sent */
-        else if (w->abandoned)
+        else if (w->intent == WAIT_ABANDONED)
             wait_cancel(w);
         else
             arm_retry(w, atoll(a));
@@ -415,7 +458,7 @@ static void on_submit(struct dlockd *d, redisReply *rep, void *arg)
         /* The script may still run: on_submit_late undoes what it did. */
         if ((w = dict_get(d->waits, wid)) != NULL) {
             struct req *r = wait_take_req(w);
-            w->abandoned = 1;
+            wait_intend(w, WAIT_ABANDONED);
             if (r)
                 req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
         }
@@ -432,7 +475,7 @@ static void on_submit_late(struct dlockd *d, redisReply *rep, void *arg)
 
     if (rep)
         finish_submit(d, wid, rep);
-    else if ((w = dict_get(d->waits, wid)) != NULL && !w->cancelling)
+    else if ((w = dict_get(d->waits, wid)) != NULL && w->phase != WAIT_CANCELLING)
         wait_free(w); /* its queue entries, if any, lapse unrenewed */
     free(wid);
 }
@@ -513,7 +556,7 @@ void wait_submit(struct wait *w)
         known[i] = owner_known(w, w->names[i]) ? '1' : '0';
     known[w->nnames] = '\0';
     args[n++] = known;
-    w->queued = 0;
+    wait_phase(w, WAIT_SENDING);
     w->submitted = now_ms();
     rc = hold_script(d, w->kind == WAIT_SEM ? OP_ACQUIRE : OP_LOCK, w->nnames,
                      (const char *const *)w->names, n, args, on_submit, on_submit_late, wid);
@@ -532,7 +575,7 @@ static void on_timeout(struct deadline *dl)
 {
     struct wait *w = container_of(dl, struct wait, timeout);
 
-    w->abandoned = 1;
+    wait_intend(w, WAIT_ABANDONED);
     wait_cancel(w);
 }
 
@@ -580,15 +623,15 @@ static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
         snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
         snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, f, buf, sizeof(buf)));
         snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
-        w->cancelling = 0;
+        wait_phase(w, WAIT_QUEUED);
         if (strcmp(st, "GRANTED") == 0) {
             wait_granted(w, tokens, counts, "0");
-        } else if (w->resubmit && !w->abandoned && !w->quitting) {
-            w->resubmit = 0;
+        } else if (w->intent == WAIT_RECHECK) {
+            wait_intend(w, WAIT_WANTED);
             wait_submit(w);
         } else {
             struct req *r = wait_take_req(w);
-            if (r && w->quitting) {
+            if (r && w->intent == WAIT_QUITTING) {
                 req_drop(r);
             } else if (r) {
                 d->stats.timeouts++;
@@ -606,9 +649,9 @@ static void wait_cancel(struct wait *w)
     const char *args[] = { w->wid, w->hid, "" };
     char *wid;
 
-    if (w->cancelling || !w->queued)
+    if (w->phase != WAIT_QUEUED)
         return; /* the cancel or the submit in flight decides */
-    w->cancelling = 1;
+    wait_phase(w, WAIT_CANCELLING);
     deadline_cancel(w->d->deadlines, &w->retry);
     wid = wid_copy(w);
     if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_cancel, NULL, wid)) {
@@ -624,10 +667,11 @@ void wait_lapsed(struct dlockd *d, const char *wid)
 {
     struct wait *w = dict_get(d->waits, wid);
 
-    if (w == NULL || w->cancelling)
+    if (w == NULL || w->phase == WAIT_CANCELLING)
         return;
     log_debug("wait %s: checking its grant or queue entry", wid);
-    w->resubmit = 1;
+    if (w->intent == WAIT_WANTED)
+        wait_intend(w, WAIT_RECHECK); /* else it is not to queue again */
     wait_cancel(w);
 }
 
@@ -639,7 +683,7 @@ static void wait_abandon(struct wait *w)
     wait_detach(w);
     if (r)
         req_drop(r);
-    w->abandoned = 1;
+    wait_intend(w, WAIT_ABANDONED);
     wait_cancel(w);
 }
 
@@ -649,7 +693,7 @@ static void on_req_gone(struct req *r)
 
     /* After EOF a request still on its way is answered if granted at once;
      * finish_submit abandons it if it has to queue. */
-    if (r->c && r->c->eof && !r->c->closing && !w->queued)
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING && w->phase == WAIT_SENDING)
         return;
     wait_abandon(w);
 }
@@ -660,8 +704,7 @@ static void on_req_quit(struct req *r)
 {
     struct wait *w = r->ctx;
 
-    w->quitting = 1;
-    w->resubmit = 0;
+    wait_intend(w, WAIT_QUITTING);
     deadline_cancel(w->d->deadlines, &w->timeout);
     wait_cancel(w); /* not queued yet: finish_submit cancels it */
 }
@@ -725,6 +768,7 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     w->client = put(&p, s->name);
     for (int i = 0; i < w->nnames; i++)
         w->names[i] = put(&p, pr->names[i]);
+    w->edges = (struct deadlock_edges){ w->hid, w->nnames, (const char *const *)w->names };
     deadline_init(&w->timeout, on_timeout);
     deadline_init(&w->retry, on_retry);
     if (w->wait_ms > 0)

@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include "deadline.h"
+#include "deadlock.h"
 #include "hold.h"
 #include "proto.h"
 
@@ -15,6 +16,23 @@ struct req;
 struct session;
 
 enum wait_kind { WAIT_LOCK, WAIT_SEM };
+
+/* Where the wait is in Redis (wait.c `phase_moves` lists the moves). */
+enum wait_phase {
+    WAIT_SENDING,    /* the script that grants, refuses or queues it is (about to be) in flight */
+    WAIT_QUEUED,     /* that script put it in the queues */
+    WAIT_CANCELLING, /* queued, and a cancel script is in flight */
+};
+
+/* What is to become of it when Redis answers (wait.c `intent_moves` lists the moves).
+ * Apart from the phase: a client can give up, or a renewal find the entry
+ * lapsed, at any phase, and the answer in flight decides what that means. */
+enum wait_intent {
+    WAIT_WANTED,    /* its request waits for the grant */
+    WAIT_RECHECK,   /* the renewal found its queue entry lapsed: the cancel checks it, then it queues again */
+    WAIT_QUITTING,  /* its connection QUITs: cancel, keeping the request until answered */
+    WAIT_ABANDONED, /* timed out, or nobody waits any more */
+};
 
 struct wait {
     struct dlockd *d;
@@ -30,12 +48,10 @@ struct wait {
     long long limit;          /* semaphore limit */
     struct deadline timeout;  /* end of wait= */
     struct deadline retry;    /* when a lease nobody here releases runs out */
-    int queued;               /* the script put it in the queues */
-    int cancelling;           /* a cancel script is in flight */
-    int abandoned;            /* timed out, or nobody waits any more */
-    int resubmit;             /* the cancel checks a lapsed entry: queue again */
-    int quitting;             /* its connection QUITs: cancel, keeping the request until answered */
+    enum wait_phase phase;    /* in Redis; moved only by wait_phase */
+    enum wait_intent intent;  /* of its client; moved only by wait_intend */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
+    struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
     TAILQ_ENTRY(wait) in_session;
     int nnames;
     char *names[];            /* then the strings of hid, client and names */

@@ -1,6 +1,6 @@
 /* fuzz_dispatch.c - libFuzzer harness for request dispatch: the daemon's own connection,
  * command and session code on a real struct dlockd with an event base and no Redis link
- * (redis_new without redis_start: every verb that needs Redis answers ERR BACKEND), config
+ * (daemon_init without redis_start: every verb that needs Redis answers ERR BACKEND), config
  * defaults, and no listener: clients are AF_UNIX socketpairs made into connections by
  * conn_new (the daemon's end with the smallest send buffer, so unread replies soon pile up
  * in the daemon).
@@ -30,7 +30,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
-#include "deadlock.h"
+#include "daemon.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "latch.h"
@@ -221,20 +221,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (config_load(&D.cfg, NULL, 0, NULL, err, sizeof(err)) != 0)
         FAIL("config defaults: %s", err);
     log_set_level(LEVEL_DEBUG);
-    if ((D.base = event_base_new()) == NULL)
-        FAIL("event_base_new");
     snprintf(D.id, sizeof(D.id), "f0f0f0f0f0f0f0f0");
-    D.started = now_ms();
-    D.deadlines = deadlines_new(D.base);
-    D.sessions = dict_new();
-    D.waits = dict_new();
-    D.deadlock = deadlock_new();
-    D.names = dict_new();
-    D.latches = dict_new();
-    conn_init(&D);
+    daemon_init(&D); /* the Redis link is never started: the backend is down */
     for (int k = 0; k < NCLIENTS; k++)
         clients[k].fd = -1;
-    D.redis = redis_new(&D); /* never started: the backend is down */
     return 0;
 }
 

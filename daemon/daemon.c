@@ -1,0 +1,106 @@
+/* daemon.c - builds and frees a whole daemon, and wires its layers: the calls
+ * of the lower ones up (hooks.h, the owner of the Redis link) are made here,
+ * the only place that knows every layer. */
+#include <sys/queue.h>
+
+#include <event2/event.h>
+
+#include "admin.h"
+#include "batch.h"
+#include "cmd.h"
+#include "conn.h"
+#include "daemon.h"
+#include "deadlock.h"
+#include "dict.h"
+#include "hold.h"
+#include "hooks.h"
+#include "latch.h"
+#include "log.h"
+#include "renew.h"
+#include "reqid.h"
+#include "server.h"
+#include "session.h"
+#include "wait.h"
+
+static void session_ending(struct session *s, int expired)
+{
+    reqid_free_session(s); /* first: no repeat may start on a session that is ending */
+    wait_abandon_session(s);
+    hold_release_session(s, expired);
+}
+
+static void session_forget(struct session *s)
+{
+    struct hold *h;
+
+    reqid_free_session(s);
+    wait_abandon_session(s);
+    while ((h = TAILQ_FIRST(&s->holds)) != NULL)
+        hold_remove(s->d, h);
+}
+
+static void on_message(struct dlockd *d, int latch, const char *msg)
+{
+    if (latch)
+        latch_on_message(d, msg);
+    else
+        wait_on_message(d, msg);
+}
+
+static const struct hooks hooks = {
+    .session_ending = session_ending,
+    .session_forget = session_forget,
+    .session_left = conn_session_ended,
+    .dispatch = cmd_dispatch,
+    .run = cmd_run,
+    .answered = reqid_answered,
+    .dropped = reqid_dropped,
+    .script = batch_op,
+};
+
+static const struct redis_owner redis_owner = {
+    .broadcast = conn_broadcast,
+    .message = on_message,
+    .renew = renew_now,
+};
+
+void daemon_init(struct dlockd *d)
+{
+    if ((d->base = event_base_new()) == NULL)
+        fatalx("event_base_new failed");
+    d->hooks = &hooks;
+    d->started = now_ms();
+    d->deadlines = deadlines_new(d->base);
+    d->sessions = dict_new();
+    d->waits = dict_new();
+    d->deadlock = deadlock_new();
+    d->names = dict_new();
+    d->latches = dict_new();
+    conn_init(d);
+    d->redis = redis_new(d, &redis_owner);
+}
+
+void daemon_free(struct dlockd *d)
+{
+    batch_close(d);
+    redis_close(d->redis);
+    server_close(d);
+    admin_stop(d);
+    conn_close_all(d);
+    session_free_all(d);
+    wait_free_all(d);
+    latch_free_all(d);
+    redis_free(d->redis);
+    if (d->watchdog)
+        event_free(d->watchdog);
+    if (d->renew_timer)
+        event_free(d->renew_timer);
+    dict_free(d->sessions);
+    dict_free(d->waits);
+    deadlock_free(d->deadlock);
+    dict_free(d->names);
+    dict_free(d->latches);
+    deadlines_free(d->deadlines);
+    config_free(&d->cfg);
+    event_base_free(d->base);
+}

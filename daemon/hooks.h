@@ -1,0 +1,26 @@
+/* hooks.h - how the lower layers (session, conn, hold) reach the layers above them without
+ * including them: a table of functions the daemon is built with (daemon.c). */
+#ifndef DLOCKD_HOOKS_H
+#define DLOCKD_HOOKS_H
+
+#include "redis.h"
+#include "scripts.h"
+
+struct conn;
+struct dlockd;
+struct req;
+struct session;
+
+struct hooks {
+    void (*session_ending)(struct session *s, int expired); /* drop its repeats and waits, release its holds */
+    void (*session_forget)(struct session *s);              /* the same, here only, Redis untold (shutdown) */
+    void (*session_left)(struct conn *c, int expired);      /* c's session ended under it */
+    void (*dispatch)(struct req *r);                        /* a request line arrived: check and run it */
+    void (*run)(struct req *r);                             /* run a request checked before */
+    void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */
+    void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
+    int (*script)(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names, int nargs,
+                  const char **args, redis_cb *cb, redis_cb *late, void *arg); /* batch_op */
+};
+
+#endif
