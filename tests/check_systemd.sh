@@ -207,10 +207,11 @@ else
     while [ ! -S "$tmp/redis.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
     # As under the unit: notify socket and watchdog set (nothing reads the socket), a unix and a
     # TCP listener, the admin endpoint, Redis on a unix socket (TCP to Redis makes the same
-    # calls as the clients). Ports are random; another pair is tried if one is taken.
+    # calls as the clients). Ports are random, below the kernel's ephemeral range (where the other
+    # test programs, running in parallel, get theirs); another pair is tried if one is taken.
     export DLOCK_ADDR="unix:$tmp/dlockd.sock"
-    for _ in 1 2 3; do
-        port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000))
+    for _ in 1 2 3 4 5 6 7 8; do
+        port=$((10000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
         NOTIFY_SOCKET=$tmp/notify.sock WATCHDOG_USEC=200000 \
             strace -f -qq -I1 -o "$tmp/strace.log" "$build/daemon/dlockd" --listen "unix:$tmp/dlockd.sock" \
             --listen "127.0.0.1:$port" --admin-listen "127.0.0.1:$((port + 1))" \
