@@ -10,14 +10,12 @@
 
 #include "batch.h"
 #include "dlockd.h"
-#include "hold.h"
 #include "log.h"
+#include "redis.h"
 #include "wait.h"
 
 #define BATCH_OPS 256            /* operations in one call at most */
 #define BATCH_BYTES (256 * 1024) /* of keys and arguments, about */
-
-static const char suffixes[NAME_KEYS] = "hxqwtml"; /* one Redis key per letter, see scripts/common.lua */
 
 /* Strings one after the other, each with its NUL. */
 struct strv {
@@ -28,7 +26,7 @@ struct strv {
 
 struct batch_op {
     enum op_id op;
-    redis_cb *cb, *late;
+    contract_cb *cb, *late;
     void *arg;
 };
 
@@ -106,28 +104,20 @@ static long long deadline_now(const struct dlockd *d)
 /* Redis read its time before dlockd received the reply: the difference is a
  * lower bound of the offset between the clocks. The best one is kept, but
  * after trouble on the link (maybe another Redis) the latest replaces it. */
-static void learn_clock(struct dlockd *d, const redisReply *rep)
+static void learn_clock(struct dlockd *d, const struct contract_batch *head)
 {
-    long long redis_now = redis_elem_int(rep, REPLY_NOW);
     uint64_t now = now_ms();
-    int64_t lower = (int64_t)redis_now - (int64_t)now;
+    int64_t lower = (int64_t)head->now - (int64_t)now;
 
-    if (redis_now <= 0)
+    if (head->now <= 0)
         return;
     if (d->redis_offset_at == 0 || redis_trouble_since(d->redis, d->redis_offset_at) || lower > d->redis_offset)
         d->redis_offset = lower;
     d->redis_offset_at = now;
 }
 
-static int is_late(const redisReply *rep)
-{
-    char buf[32];
-
-    return strcmp(redis_elem(rep, REPLY_STATUS, buf, sizeof(buf)), "LATE") == 0;
-}
-
 /* An operation that answers nobody: its grants are handed out with the batch's. */
-static void on_background(struct dlockd *d, redisReply *rep, void *arg)
+static void on_background(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     (void)d;
     (void)rep;
@@ -136,44 +126,35 @@ static void on_background(struct dlockd *d, redisReply *rep, void *arg)
 
 /* A batch stops handing a name on after a bounded number of grants: the
  * daemon that ran it goes on, one poke at a time, until nothing more fits. */
-static void go_on(struct dlockd *d, const redisReply *rep)
+static void go_on(struct dlockd *d, const struct contract_batch *head)
 {
-    char buf[32], *names = strdup(redis_elem(rep, REPLY_MORE, buf, sizeof(buf))), *save;
+    char *names = strdup(head->more), *save;
 
     if (names == NULL)
         fatalx("batch: out of memory");
     for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
         const char *one = name;
-        if (batch_op(d, OP_POKE, 0, 1, &one, 0, NULL, on_background, NULL, NULL))
+        if (batch_op(d, OP_POKE, 0, 1, &one, NULL, on_background, NULL, NULL))
             log_warnx("backend down: '%s' is handed on by the next script on it", name);
     }
     free(names);
 }
 
-/* The reply of operation i, after the grants: NULL when it is malformed. */
-static redisReply *op_reply(const redisReply *rep, size_t first, int i)
-{
-    size_t at = first + (size_t)i;
-
-    if (rep->type != REDIS_REPLY_ARRAY || at >= rep->elements || rep->element[at]->type != REDIS_REPLY_ARRAY)
-        return NULL;
-    return rep->element[at];
-}
-
 /* Hands out the grants, then each operation its reply (late ones only to those that wait for one). */
-static void deliver(struct batch *b, redisReply *rep, int late)
+static void deliver(struct batch *b, const struct contract_batch *head, int late)
 {
     struct dlockd *d = b->d;
-    size_t first = wait_apply_grants(d, rep);
+    struct contract_reply r;
 
+    wait_apply_grants(d, head);
     for (int i = 0; i < b->nops; i++) {
         struct batch_op *op = &b->ops[i];
         if (late && op->late)
-            op->late(d, op_reply(rep, first, i), op->arg);
+            op->late(d, contract_op_reply(head, i, op->op, &r), op->arg);
         else if (!late)
-            op->cb(d, op_reply(rep, first, i), op->arg);
+            op->cb(d, contract_op_reply(head, i, op->op, &r), op->arg);
     }
-    go_on(d, rep);
+    go_on(d, head);
 }
 
 /* The first answer. A LATE reply changed nothing: the operations hear no
@@ -182,18 +163,20 @@ static void deliver(struct batch *b, redisReply *rep, int late)
 static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct batch *b = arg;
+    struct contract_batch head;
 
     if (rep == NULL) {
         for (int i = 0; i < b->nops; i++)
             b->ops[i].cb(d, NULL, b->ops[i].arg);
         return;
     }
-    learn_clock(d, rep);
-    if (is_late(rep)) {
+    contract_batch(&head, rep);
+    learn_clock(d, &head);
+    if (head.status == CONTRACT_LATE) {
         log_info("backend: a batch of %d started after its deadline and changed nothing", b->nops);
         drop_all(b);
     } else {
-        deliver(b, rep, 0);
+        deliver(b, &head, 0);
     }
     batch_free(b);
 }
@@ -203,11 +186,14 @@ static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
 static void on_late(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct batch *b = arg;
+    struct contract_batch head;
 
-    if (rep)
-        learn_clock(d, rep);
-    if (rep && !is_late(rep)) {
-        deliver(b, rep, 1);
+    if (rep) {
+        contract_batch(&head, rep);
+        learn_clock(d, &head);
+    }
+    if (rep && head.status != CONTRACT_LATE) {
+        deliver(b, &head, 1);
     } else {
         for (int i = 0; i < b->nops; i++)
             if (b->ops[i].late)
@@ -279,19 +265,17 @@ static struct batch *open_batch(struct dlockd *d, int bounded)
 
 static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
 {
-    char key[KEY_MAX];
-    size_t len;
+    char key[CONTRACT_KEY_MAX];
+    size_t len = contract_key(key, sizeof(key), d->cfg.key_prefix, name, CONTRACT_SUFFIXES[0]);
 
-    hold_key(d, key, sizeof(key), name, suffixes[0]);
-    len = strlen(key);
-    for (int j = 0; j < NAME_KEYS; j++) {
-        key[len - 1] = suffixes[j];
+    for (int j = 0; j < CONTRACT_NAME_KEYS; j++) {
+        key[len - 1] = CONTRACT_SUFFIXES[j];
         strv_add(keys, key, len);
     }
 }
 
-int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names, int nargs,
-             const char **args, redis_cb *cb, redis_cb *late, void *arg)
+int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
+             const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
     struct batch *b;
 
@@ -305,9 +289,9 @@ int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const cha
         add_keys(d, &b->keys, names[i]);
         strv_add(&b->args, names[i], strlen(names[i]));
     }
-    strv_num(&b->args, nargs);
-    for (int i = 0; i < nargs; i++)
-        strv_add(&b->args, args[i], strlen(args[i]));
+    strv_num(&b->args, args ? args->n : 0);
+    for (int i = 0; args && i < args->n; i++)
+        strv_add(&b->args, args->v[i], strlen(args->v[i]));
     if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
         d->batcher->open[bounded != 0] = NULL;
         send_batch(b);

@@ -16,6 +16,7 @@
 #include "hooks.h"
 #include "latch.h"
 #include "log.h"
+#include "redis.h"
 #include "renew.h"
 #include "reqid.h"
 #include "server.h"

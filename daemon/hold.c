@@ -13,15 +13,10 @@
 #include "mem.h"
 #include "session.h"
 
-void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix)
+int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names,
+                const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
-    snprintf(buf, len, "%s{%s}:%c", d->cfg.key_prefix, name, suffix);
-}
-
-int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names, int nargs,
-                const char **args, redis_cb *cb, redis_cb *late, void *arg)
-{
-    return d->hooks->script(d, op, 1, nnames, names, nargs, args, cb, late, arg);
+    return d->hooks->script(d, op, 1, nnames, names, args, cb, late, arg);
 }
 
 struct lname *hold_name(struct dlockd *d, const char *name)
@@ -146,7 +141,7 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
 }
 
 /* A release answers nobody: what it hands on goes out with its batch's grants. */
-static void on_release(struct dlockd *d, redisReply *rep, void *arg)
+static void on_release(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     (void)d;
     (void)rep;
@@ -156,14 +151,11 @@ static void on_release(struct dlockd *d, redisReply *rep, void *arg)
 void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
                   int64_t delay)
 {
-    char who[HID_MAX + 1], mode[2] = { hid[0], '\0' }, kbuf[24], dbuf[24];
-    const char *args[] = { who, mode, all ? "1" : "0", token, kbuf, dbuf };
+    struct contract_args args;
 
-    snprintf(who, sizeof(who), "%s", hid + 1);
-    snprintf(kbuf, sizeof(kbuf), "%lld", k);
-    snprintf(dbuf, sizeof(dbuf), "%lld", (long long)delay);
+    contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay);
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
-    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, 6, args, on_release, NULL, NULL))
+    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, on_release, NULL, NULL))
         log_warnx("backend down: '%s' is left to its lease in Redis", name);
 }
 

@@ -2,21 +2,18 @@
 #ifndef DLOCKD_HOLD_H
 #define DLOCKD_HOLD_H
 
-#include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
 
 #include "deadline.h"
+#include "contract.h"
 #include "proto.h"
-#include "redis.h"
 
 struct dlockd;
 struct session;
 
 #define HID_MAX (1 + 16 + 1 + PROTO_STR_MAX) /* mode, session, ':', owner */
-#define KEY_MAX (PROTO_NAME_MAX + 64)
 #define TOKEN_MAX 20 /* a token with its NUL: Redis integers have at most 19 digits */
-#define NAME_KEYS 7 /* Redis keys of one name, see scripts/common.lua */
 
 /* The lease= of a hold: it is released when the deadline fires. */
 struct hold_lease {
@@ -42,21 +39,12 @@ struct lname {
     const char *name;          /* d->names' copy of the key */
 };
 
-/* The batch script's reply (scripts/common.lua): status, Redis time in ms,
- * the names with more to hand on, the number of grants, REPLY_GRANT fields
- * of each grant (wid tokens counts free left), then each operation's reply,
- * laid out the same way with no grants, then the operation's own fields. */
-enum { REPLY_STATUS, REPLY_NOW, REPLY_MORE, REPLY_NGRANTS, REPLY_GRANTS };
-#define REPLY_GRANT 5
-
 /*
  * Runs operation op of the batch script on names, with a deadline: see
  * batch_op, which it calls.
  */
-int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names, int nargs,
-                const char **args, redis_cb *cb, redis_cb *late, void *arg);
-/* Formats the Redis key of name with suffix (a letter of "hxqwtml") into buf. */
-void hold_key(struct dlockd *d, char *buf, size_t len, const char *name, char suffix);
+int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names,
+                const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg);
 
 /* Records a grant: a new hold, or a new count of one. */
 void hold_set(struct session *s, const char *name, const char *hid, const char *token, long long count,

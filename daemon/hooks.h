@@ -3,7 +3,7 @@
 #ifndef DLOCKD_HOOKS_H
 #define DLOCKD_HOOKS_H
 
-#include "redis.h"
+#include "contract.h"
 #include "scripts.h"
 
 struct conn;
@@ -19,8 +19,8 @@ struct hooks {
     void (*run)(struct req *r);                             /* run a request checked before */
     void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */
     void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
-    int (*script)(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names, int nargs,
-                  const char **args, redis_cb *cb, redis_cb *late, void *arg); /* batch_op */
+    int (*script)(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
+                  const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
 };
 
 #endif

@@ -14,6 +14,7 @@
 #include "hold.h"
 #include "latch.h"
 #include "log.h"
+#include "redis.h"
 #include "session.h"
 #include "wait.h"
 
@@ -114,51 +115,56 @@ static void remember(struct dlockd *d, const char *name, const char *sid, long l
     deadline_arm(d->deadlines, &l->ends, now_ms() + (uint64_t)(ttl > 0 ? ttl : 0));
 }
 
-static void on_count(struct dlockd *d, redisReply *rep, void *arg)
+/* The count a LATCH reply reads; 0 (the latch ended) unless OK. */
+static long long count_of(const struct contract_reply *rep)
+{
+    return rep->status == CONTRACT_OK ? rep->latch.count : 0;
+}
+
+/* The ms the latch of a LATCH reply lives on; -1 without one. */
+static long long ttl_of(const struct contract_reply *rep)
+{
+    return rep->status == CONTRACT_OK ? rep->latch.ttl : -1;
+}
+
+static void on_count(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct req *r = arg;
     struct latch *l;
-    char buf[32];
-    size_t f;
 
     if (rep == NULL) {
         req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
         return;
     }
-    f = wait_apply_grants(d, rep);
-    if (strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "WRONGTYPE") == 0) {
+    if (rep->status == CONTRACT_WRONGTYPE) {
         req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", r->pr.names[0]);
         return;
     }
-    if (redis_elem_int(rep, f) == 0 && (l = dict_get(d->latches, r->pr.names[0])) != NULL) {
+    if (count_of(rep) == 0 && (l = dict_get(d->latches, r->pr.names[0])) != NULL) {
         forget_creator(l);
         latch_put(l);
     }
-    req_reply(r, "OK", "count=%lld", redis_elem_int(rep, f));
+    req_reply(r, "OK", "count=%lld", count_of(rep));
 }
 
 /* LATCH's answer: a latch it made keeps the count reserved for it, else the count is given back. */
-static void on_create(struct dlockd *d, redisReply *rep, void *arg)
+static void on_create(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct req *r = arg;
-    char buf[32];
-    size_t f = REPLY_GRANTS + REPLY_GRANT * (size_t)(rep ? redis_elem_int(rep, REPLY_NGRANTS) : 0);
 
-    if (rep && strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "OK") == 0 && redis_elem_int(rep, f + 2) == 1)
-        remember(d, r->pr.names[0], r->sid, redis_elem_int(rep, f + 1));
+    if (rep && rep->status == CONTRACT_OK && rep->latch.created)
+        remember(d, r->pr.names[0], r->sid, rep->latch.ttl);
     else
         count_created(d, r->sid, -1);
     on_count(d, rep, arg);
 }
 
-static void latch_op(struct req *r, const char *op, long long n, long long ttl, redis_cb *cb, void *arg)
+static void latch_op(struct req *r, const char *op, long long n, long long ttl, contract_cb *cb, void *arg)
 {
-    char nbuf[24], tbuf[24];
-    const char *args[] = { op, nbuf, tbuf };
+    struct contract_args args;
 
-    snprintf(nbuf, sizeof(nbuf), "%lld", n);
-    snprintf(tbuf, sizeof(tbuf), "%lld", ttl);
-    if (hold_script(r->d, OP_LATCH, 1, r->pr.names, 3, args, cb, NULL, arg) == 0)
+    contract_latch_args(&args, op, n, ttl);
+    if (hold_script(r->d, OP_LATCH, 1, r->pr.names, &args, cb, NULL, arg) == 0)
         return;
     if (cb == on_create)
         count_created(r->d, r->sid, -1);
@@ -254,11 +260,9 @@ static void on_gone(struct req *r)
     finish(a, NULL);
 }
 
-static void on_read(struct dlockd *d, redisReply *rep, void *arg)
+static void on_read(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct awaiter *a = arg;
-    char buf[32];
-    size_t f;
 
     a->reading = 0;
     if (a->req == NULL) {
@@ -273,38 +277,36 @@ static void on_read(struct dlockd *d, redisReply *rep, void *arg)
         finish(a, NULL);
         return;
     }
-    f = wait_apply_grants(d, rep);
-    if (strcmp(redis_elem(rep, 0, buf, sizeof(buf)), "WRONGTYPE") == 0) {
+    (void)d;
+    if (rep->status == CONTRACT_WRONGTYPE) {
         struct req *r = a->req;
         a->req = NULL;
         r->gone = NULL;
         req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", r->pr.names[0]);
         finish(a, NULL);
-    } else if (redis_elem_int(rep, f) == 0) {
+    } else if (count_of(rep) == 0) {
         finish(a, "OK");
     } else if (a->req->pr.wait_ms == 0) {
         finish(a, "TIMEOUT");
     } else if (conn_gone(a->req->c)) {
         finish(a, NULL);
     } else {
-        watch_lapse(a->latch, redis_elem_int(rep, f + 1));
+        watch_lapse(a->latch, ttl_of(rep));
     }
 }
 
 static void latch_release(struct dlockd *d, const char *name);
 
-static void on_reread(struct dlockd *d, redisReply *rep, void *arg)
+static void on_reread(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     char *name = arg;
     struct latch *l;
-    size_t f;
 
     if (rep) {
-        f = wait_apply_grants(d, rep);
-        if ((l = dict_get(d->latches, name)) != NULL && redis_elem_int(rep, f) == 0)
+        if ((l = dict_get(d->latches, name)) != NULL && count_of(rep) == 0)
             latch_release(d, name);
         else if (l && !TAILQ_EMPTY(&l->head))
-            watch_lapse(l, redis_elem_int(rep, f + 1));
+            watch_lapse(l, ttl_of(rep));
     }
     free(name);
 }
@@ -314,10 +316,12 @@ static void on_lapse(struct deadline *dl)
     struct latch *l = container_of(dl, struct latch, lapse);
     const char *names[] = { l->name };
     char *name = strdup(l->name);
+    struct contract_args args;
 
     if (name == NULL)
         fatalx("latch: out of memory");
-    if (hold_script(l->d, OP_LATCH, 1, names, 3, (const char *[]){ "read", "0", "0" }, on_reread, NULL, name))
+    contract_latch_args(&args, "read", 0, 0);
+    if (hold_script(l->d, OP_LATCH, 1, names, &args, on_reread, NULL, name))
         free(name);
 }
 
@@ -330,6 +334,7 @@ static void watch_lapse(struct latch *l, long long ttl)
 void latch_await(struct req *r)
 {
     struct dlockd *d = r->d;
+    struct contract_args args;
     struct awaiter *a;
 
     if (wait_within_limits(r, req_session(r)))
@@ -350,7 +355,8 @@ void latch_await(struct req *r)
     r->gone = on_gone;
     r->ctx = a;
     /* Registered first: a count that reaches 0 after the read is announced to us. */
-    if (hold_script(d, OP_LATCH, 1, r->pr.names, 3, (const char *[]){ "read", "0", "0" }, on_read, NULL, a)) {
+    contract_latch_args(&args, "read", 0, 0);
+    if (hold_script(d, OP_LATCH, 1, r->pr.names, &args, on_read, NULL, a)) {
         a->reading = 0;
         r->gone = NULL;
         a->req = NULL;

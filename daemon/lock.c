@@ -12,6 +12,7 @@
 #include "hold.h"
 #include "lock.h"
 #include "log.h"
+#include "redis.h"
 #include "session.h"
 #include "wait.h"
 
@@ -40,9 +41,9 @@ static struct op *op_new(struct req *r, const char *sid)
     return op;
 }
 
-static int script_or_backend(struct op *op, enum op_id id, int nargs, const char **args, redis_cb *cb)
+static int script_or_backend(struct op *op, enum op_id id, const struct contract_args *args, contract_cb *cb)
 {
-    if (hold_script(op->req->d, id, op->nnames, op->names, nargs, args, cb, NULL, op) == 0)
+    if (hold_script(op->req->d, id, op->nnames, op->names, args, cb, NULL, op) == 0)
         return 0;
     req_err(op->req, PROTO_EBACKEND, "%s", redis_unavailable(op->req->d->redis));
     free(op);
@@ -101,90 +102,87 @@ void lock_acquire(struct req *r)
 
 /* --- UNLOCK and RELEASE */
 
-static void on_unlock(struct dlockd *d, redisReply *rep, void *arg)
+static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct op *op = arg;
-    char buf[32], st[16], counts[PROTO_MAX_NAMES * 24], modes[PROTO_MAX_NAMES * 2], hid[HID_MAX + 2], *save;
-    const char *count;
-    size_t f;
+    char counts[CONTRACT_LIST_MAX], hid[HID_MAX + 2], *save;
+    const char *count, *modes;
 
     if (rep == NULL) {
         req_err(op->req, PROTO_EBACKEND, "Redis did not answer in time");
         free(op);
         return;
     }
-    f = wait_apply_grants(d, rep);
-    snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
-    if (strcmp(st, "OK") != 0) {
-        req_err(op->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner",
-                redis_elem(rep, f, buf, sizeof(buf)));
+    if (rep->status != CONTRACT_OK) {
+        if (rep->status == CONTRACT_NOTHELD)
+            req_err(op->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner", rep->name);
+        else
+            req_err(op->req, PROTO_EBACKEND, "unexpected answer '%s' from Redis", rep->text);
         free(op);
         return;
     }
-    snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f, buf, sizeof(buf)));
-    snprintf(modes, sizeof(modes), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
+    modes = rep->unlock.modes;
+    snprintf(counts, sizeof(counts), "%s", rep->unlock.counts);
     count = strtok_r(counts, ",", &save);
-    for (int i = 0; i < op->nnames && count; i++) {
+    for (int i = 0; i < op->nnames && count && 2 * (size_t)i < strlen(modes); i++) {
         snprintf(hid, sizeof(hid), "%c%s", modes[2 * i], op->who);
         hold_count(d, op->names[i], hid, atoll(count));
         count = strtok_r(NULL, ",", &save);
     }
-    snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f, buf, sizeof(buf)));
     if (modes[0] == 'p')
-        req_reply(op->req, "OK", "held=%s free=%s", counts, redis_elem(rep, f + 2, buf, sizeof(buf)));
+        req_reply(op->req, "OK", "held=%s free=%lld", rep->unlock.counts, rep->unlock.free);
     else
-        req_reply(op->req, "OK", "%s=%s", op->nnames > 1 ? "counts" : "count", counts);
+        req_reply(op->req, "OK", "%s=%s", op->nnames > 1 ? "counts" : "count", rep->unlock.counts);
     free(op);
 }
 
 void lock_unlock(struct req *r)
 {
     struct op *op = op_new(r, r->sid);
-    const char *args[] = { op->who, (r->pr.flags & PROTO_F_SHARED) ? "s" : "", (r->pr.flags & PROTO_F_ALL) ? "1" : "0",
-                           "", "1", "0" };
+    struct contract_args args;
 
-    script_or_backend(op, OP_UNLOCK, 6, args, on_unlock);
+    contract_unlock_args(&args, op->who, (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0', (r->pr.flags & PROTO_F_ALL) != 0,
+                         "", 1, 0);
+    script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 
 void lock_release(struct req *r)
 {
     struct op *op = op_new(r, r->sid);
-    char k[24];
-    const char *args[] = { op->who, "p", "0", "", k, "0" };
+    struct contract_args args;
 
-    snprintf(k, sizeof(k), "%lld", (long long)r->pr.permits);
-    script_or_backend(op, OP_UNLOCK, 6, args, on_unlock);
+    contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0);
+    script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 
 /* --- STATUS */
 
-static json_t *holder_json(const redisReply *rep, size_t i, int semaphore)
+static json_t *holder_json(const struct contract_holder *ch, int semaphore)
 {
-    char buf[32], hid[HID_MAX + 1], sid[DLOCKD_ID_LEN + 1];
+    char hid[HID_MAX + 1], sid[DLOCKD_ID_LEN + 1];
     const char *owner, *mode;
 
-    snprintf(hid, sizeof(hid), "%s", redis_elem(rep, i, buf, sizeof(buf)));
+    snprintf(hid, sizeof(hid), "%s", ch->hid);
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
-    if (redis_elem_int(rep, i + 5))
+    if (ch->orphaned)
         snprintf(sid, sizeof(sid), "-"); /* kept for lock-delay: its session is gone */
     owner = strlen(hid) > DLOCKD_ID_LEN + 2 ? hid + DLOCKD_ID_LEN + 2 : "";
     mode = hid[0] == 'x' ? "exclusive" : "shared";
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I}", "session", sid, "client",
-                     redis_elem(rep, i + 1, buf, sizeof(buf)), "owner", owner, semaphore ? "kind" : "mode",
-                     semaphore ? "permits" : mode, semaphore ? "permits" : "count",
-                     (json_int_t)redis_elem_int(rep, i + 2), "token", (json_int_t)redis_elem_int(rep, i + 3),
-                     "held_ms", (json_int_t)redis_elem_int(rep, i + 4));
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I}", "session", sid, "client", ch->client, "owner", owner,
+                     semaphore ? "kind" : "mode", semaphore ? "permits" : mode, semaphore ? "permits" : "count",
+                     (json_int_t)ch->count, "token", (json_int_t)ch->token, "held_ms", (json_int_t)ch->held_ms);
 }
 
-/* Adds the holders of the reply from index i to holders while their JSON
- * fits in STATUS_HOLDERS_BYTES. Returns how many did not fit. */
-static long long add_holders(json_t *holders, const redisReply *rep, size_t i, int semaphore)
+/* Adds the holders of a STATUS reply to holders while their JSON fits in
+ * STATUS_HOLDERS_BYTES. Returns how many did not fit. */
+static long long add_holders(json_t *holders, const struct contract_reply *rep, int semaphore)
 {
     size_t bytes = 0;
     long long left = 0;
 
-    for (; i + 5 < rep->elements; i += 6) {
-        json_t *h = holder_json(rep, i, semaphore);
+    for (int i = 0; i < rep->state.nholders; i++) {
+        struct contract_holder ch = contract_holder(rep, i);
+        json_t *h = holder_json(&ch, semaphore);
         char *text = json_dumps(h, JSON_COMPACT);
         size_t len = text ? strlen(text) + 1 : SIZE_MAX;
 
@@ -200,29 +198,28 @@ static long long add_holders(json_t *holders, const redisReply *rep, size_t i, i
     return left;
 }
 
-static json_t *status_json(const char *name, const redisReply *rep, size_t f)
+static json_t *status_json(const char *name, const struct contract_reply *rep)
 {
-    char buf[32], kind[16];
+    const char *kind = rep->state.kind;
     json_t *doc, *holders;
     long long more;
 
-    snprintf(kind, sizeof(kind), "%s", redis_elem(rep, f, buf, sizeof(buf)));
     if (strcmp(kind, "latch") == 0)
         return json_pack("{s:s, s:s, s:I}", "name", name, "type", "latch", "count",
-                         (json_int_t)redis_elem_int(rep, f + 4));
+                         (json_int_t)rep->state.latch_count);
     holders = json_array();
-    more = redis_elem_int(rep, f + 5) + add_holders(holders, rep, f + 6, strcmp(kind, "semaphore") == 0);
+    more = rep->state.more + add_holders(holders, rep, strcmp(kind, "semaphore") == 0);
     doc = json_pack("{s:s, s:o, s:o, s:I}", "name", name, "type", kind[0] ? json_string(kind) : json_null(),
-                    "holders", holders, "waiters", (json_int_t)redis_elem_int(rep, f + 1));
+                    "holders", holders, "waiters", (json_int_t)rep->state.waiters);
     if (strcmp(kind, "semaphore") == 0) {
-        json_object_set_new(doc, "limit", json_integer(redis_elem_int(rep, f + 2)));
-        json_object_set_new(doc, "free", json_integer(redis_elem_int(rep, f + 3)));
+        json_object_set_new(doc, "limit", json_integer(rep->state.limit));
+        json_object_set_new(doc, "free", json_integer(rep->state.free));
     }
     json_object_set_new(doc, "more", json_integer(more));
     return doc;
 }
 
-static void on_status(struct dlockd *d, redisReply *rep, void *arg)
+static void on_status(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct op *op = arg;
     json_t *doc;
@@ -233,7 +230,8 @@ static void on_status(struct dlockd *d, redisReply *rep, void *arg)
         free(op);
         return;
     }
-    doc = status_json(op->names[0], rep, wait_apply_grants(d, rep));
+    (void)d;
+    doc = status_json(op->names[0], rep);
     text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
     req_reply(op->req, "OK", "%s", text);
     free(text);
@@ -243,5 +241,5 @@ static void on_status(struct dlockd *d, redisReply *rep, void *arg)
 
 void lock_status(struct req *r)
 {
-    script_or_backend(op_new(r, r->sid), OP_STATUS, 0, NULL, on_status);
+    script_or_backend(op_new(r, r->sid), OP_STATUS, NULL, on_status);
 }

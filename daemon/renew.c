@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "contract.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "hold.h"
@@ -20,13 +21,10 @@
 #define RENEW_BATCH 200 /* leases per script call */
 #define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
 
-static const char name_keys[] = "hxqwm"; /* the keys of a name whose expiry renewal moves on, see scripts/renew.lua */
-#define RENEW_KEYS ((int)sizeof(name_keys) - 1)
-
 /* One lease to extend: offsets in its batch's text of the script's
  * arguments, and of what identifies the hold if Redis lost it. */
 struct item {
-    size_t keys;               /* the first of its name's keys (see name_keys), shared by a run of items */
+    size_t keys;               /* the first of its name's keys (CONTRACT_RENEW_SUFFIXES), shared by a run of items */
     size_t member, lease;      /* hid or "@" wid, ms */
     size_t name, token;        /* of a hold; token "" for a wait */
 };
@@ -71,10 +69,9 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         cy->failed = 1;
     } else {
+        long long k;
         d->stats.renewed += (uint64_t)b->n;
-        /* The reply lists the leases Redis no longer had: index (from 1), then a field we do not need. */
-        for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-            long long k = redis_elem_int(rep, i) - 1;
+        for (size_t j = 0; contract_renew_gone(rep, j, &k) == 0; j++) {
             struct item *it;
             if (k < 0 || k >= b->n)
                 continue;
@@ -101,14 +98,14 @@ static void flush(struct cycle *cy)
     if (b == NULL || b->n == 0)
         return;
     cy->b = NULL;
-    if ((argv = malloc((size_t)b->n * (RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
+    if ((argv = malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
         (runs = malloc((size_t)b->n * 12)) == NULL)
         fatalx("renew: out of memory");
     for (int i = 0; i < b->n; i++) {
         size_t k = b->items[i].keys;
         if (i > 0 && k == b->items[i - 1].keys)
             continue;
-        for (int j = 0; j < RENEW_KEYS; j++, k += strlen(b->text + k) + 1)
+        for (int j = 0; j < CONTRACT_RENEW_KEYS; j++, k += strlen(b->text + k) + 1)
             argv[argc++] = b->text + k;
     }
     nkeys = argc;
@@ -162,10 +159,11 @@ static size_t put(struct batch *b, ...)
 static size_t put_keys(struct batch *b, const char *prefix, const char *name)
 {
     size_t at = b->len;
+    char key[CONTRACT_KEY_MAX];
 
-    for (int j = 0; j < RENEW_KEYS; j++) {
-        char sfx[] = { name_keys[j], '\0' };
-        put(b, prefix, "{", name, "}:", sfx, (char *)NULL);
+    for (int j = 0; j < CONTRACT_RENEW_KEYS; j++) {
+        contract_key(key, sizeof(key), prefix, name, CONTRACT_RENEW_SUFFIXES[j]);
+        put(b, key, (char *)NULL);
     }
     return at;
 }

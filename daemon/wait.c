@@ -134,17 +134,17 @@ static int split(char *s, char **out, int max)
     return n;
 }
 
-/* Answers w's request with its grant, or undoes the grant if nobody waits. */
-static void wait_granted(struct wait *w, const char *tokens, const char *counts, const char *free_permits)
+/* Answers w's request with its grant g, or undoes the grant if nobody waits. */
+static void wait_granted(struct wait *w, const struct contract_grant *g)
 {
     struct dlockd *d = w->d;
     struct req *r = wait_take_req(w);
     struct session *s = r ? req_session(r) : NULL;
-    char tbuf[PROTO_MAX_NAMES * 24], cbuf[PROTO_MAX_NAMES * 24], *tok[PROTO_MAX_NAMES], *cnt[PROTO_MAX_NAMES];
+    char tbuf[CONTRACT_LIST_MAX], cbuf[CONTRACT_LIST_MAX], *tok[PROTO_MAX_NAMES], *cnt[PROTO_MAX_NAMES];
     int nt, nc;
 
-    snprintf(tbuf, sizeof(tbuf), "%s", tokens);
-    snprintf(cbuf, sizeof(cbuf), "%s", counts);
+    snprintf(tbuf, sizeof(tbuf), "%s", g->tokens);
+    snprintf(cbuf, sizeof(cbuf), "%s", g->counts);
     nt = split(tbuf, tok, PROTO_MAX_NAMES);
     nc = split(cbuf, cnt, PROTO_MAX_NAMES);
     if (nt != w->nnames || nc != w->nnames) {
@@ -168,11 +168,11 @@ static void wait_granted(struct wait *w, const char *tokens, const char *counts,
         if (w->phase != WAIT_SENDING && sent)
             histo_add(&d->stats.handoff, now_us() - sent);
         if (w->kind == WAIT_SEM)
-            req_reply(r, "OK", "token=%s held=%s free=%s", tokens, counts, free_permits);
+            req_reply(r, "OK", "token=%s held=%s free=%lld", g->tokens, g->counts, g->free);
         else if (w->nnames > 1)
-            req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
+            req_reply(r, "OK", "tokens=%s counts=%s", g->tokens, g->counts);
         else
-            req_reply(r, "OK", "token=%s count=%s", tokens, counts);
+            req_reply(r, "OK", "token=%s count=%s", g->tokens, g->counts);
     }
     wait_free(w);
 }
@@ -185,29 +185,21 @@ static int grant_is_short(const struct dlockd *d, long long left)
     return left >= 0 && left * 2 < d->cfg.lock_lease;
 }
 
-size_t wait_apply_grants(struct dlockd *d, const redisReply *rep)
+void wait_apply_grants(struct dlockd *d, const struct contract_batch *head)
 {
-    long long n = redis_elem_int(rep, REPLY_NGRANTS);
-    char buf[32], wid[64], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
+    struct contract_grant g;
 
-    if (n < 0)
-        n = 0;
-    for (long long i = 0; i < n; i++) {
-        size_t at = (size_t)(REPLY_GRANTS + REPLY_GRANT * i);
+    for (long long i = 0; i < head->ngrants; i++) {
         struct wait *w;
-        snprintf(wid, sizeof(wid), "%s", redis_elem(rep, at, buf, sizeof(buf)));
-        if ((w = dict_get(d->waits, wid)) == NULL)
+        contract_batch_grant(head, i, &g);
+        if ((w = dict_get(d->waits, g.wid)) == NULL)
             continue;
-        snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, at + 1, buf, sizeof(buf)));
-        snprintf(counts, sizeof(counts), "%s", redis_elem(rep, at + 2, buf, sizeof(buf)));
-        snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, at + 3, buf, sizeof(buf)));
         /* A grant in a reply that came after its call timed out may have lapsed since. */
-        if (redis_answering_late(d->redis) || grant_is_short(d, redis_elem_int(rep, at + 4)))
-            wait_lapsed(d, wid);
+        if (redis_answering_late(d->redis) || grant_is_short(d, g.left))
+            wait_lapsed(d, g.wid);
         else
-            wait_granted(w, tokens, counts, free_permits);
+            wait_granted(w, &g);
     }
-    return (size_t)(REPLY_GRANTS + REPLY_GRANT * n);
 }
 
 static void arm_retry(struct wait *w, long long ms)
@@ -242,26 +234,22 @@ static void forged(const char *wid)
     log_warnx("wait %s: a grant published on this daemon's channel is not in Redis: ignored (forged?)", wid);
 }
 
-static void on_confirmed(struct dlockd *d, redisReply *rep, void *arg)
+static void on_confirmed(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
-    char *wid = arg, buf[32], st[16], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24], free_permits[24];
+    char *wid = arg;
     int again = dict_del(confirming, wid) == CONFIRM_AGAIN;
-    size_t f = rep ? wait_apply_grants(d, rep) : 0;
     struct wait *w = dict_get(d->waits, wid);
+    enum contract_status st = rep ? rep->status : CONTRACT_UNKNOWN;
 
     if (dict_size(confirming) == 0) {
         dict_free(confirming);
         confirming = NULL;
     }
-    snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
-    snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, f, buf, sizeof(buf)));
-    snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
-    snprintf(free_permits, sizeof(free_permits), "%s", redis_elem(rep, f + 2, buf, sizeof(buf)));
     if (w == NULL) {
         /* answered meanwhile */
-    } else if (strcmp(st, "GRANTED") == 0) {
-        wait_granted(w, tokens, counts, free_permits);
-    } else if (strcmp(st, "QUEUED") == 0) {
+    } else if (st == CONTRACT_GRANTED) {
+        wait_granted(w, &rep->grant);
+    } else if (st == CONTRACT_QUEUED) {
         forged(wid);
         if (again)
             confirm(w);
@@ -274,7 +262,7 @@ static void on_confirmed(struct dlockd *d, redisReply *rep, void *arg)
 /* Asks Redis whether w was granted, without touching its place in the queues. */
 static void confirm(struct wait *w)
 {
-    const char *args[] = { w->wid, w->hid, "check" };
+    struct contract_args args;
     char *wid;
 
     if (confirming && dict_get(confirming, w->wid)) {
@@ -282,8 +270,8 @@ static void confirm(struct wait *w)
         return;
     }
     wid = wid_copy(w);
-    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_confirmed, NULL,
-                    wid)) {
+    contract_cancel_args(&args, w->wid, w->hid, 1);
+    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, &args, on_confirmed, NULL, wid)) {
         free(wid); /* the link is down: the renewal checks the wait when it is back */
         return;
     }
@@ -401,24 +389,44 @@ int wait_within_limits(struct req *r, const struct session *s)
 
 /* --- the script that grants, refuses or queues */
 
-static void finish_submit(struct dlockd *d, const char *wid, const redisReply *rep)
+/* Answers r, the request of w, which Redis refused: rep is neither OK nor WAIT. */
+static void answer_refusal(struct req *r, const struct wait *w, const struct contract_reply *rep)
 {
-    size_t f = wait_apply_grants(d, rep);
+    switch (rep->status) {
+    case CONTRACT_BUSY:
+        r->d->stats.busy++;
+        if (w->kind == WAIT_SEM)
+            req_reply(r, "BUSY", "free=%lld", rep->busy.free);
+        else
+            req_reply(r, "BUSY", "holder=%s ttl=%lld", rep->busy.holder, rep->busy.ttl);
+        break;
+    case CONTRACT_WRONGTYPE:
+        req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", rep->name);
+        break;
+    case CONTRACT_MISMATCH:
+        req_err(r, PROTO_EMISMATCH, "'%s' has limit=%lld", w->names[0], rep->limit);
+        break;
+    case CONTRACT_DEADLOCK:
+        req_err(r, PROTO_EDEADLOCK, "another owner already waits to upgrade '%s'", w->names[0]);
+        break;
+    default:
+        req_err(r, PROTO_EBACKEND, "unexpected answer '%s' from Redis", rep->text);
+        break;
+    }
+}
+
+static void finish_submit(struct dlockd *d, const char *wid, const struct contract_reply *rep)
+{
     struct wait *w = dict_get(d->waits, wid);
-    char buf[32], st[16], a[PROTO_MAX_NAMES * 24], b[PROTO_MAX_NAMES * 24], c[24];
     struct req *r;
 
     if (w == NULL)
-        return; /* granted by the grants above, or by pub/sub first */
-    snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
-    snprintf(a, sizeof(a), "%s", redis_elem(rep, f, buf, sizeof(buf)));
-    snprintf(b, sizeof(b), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
-    snprintf(c, sizeof(c), "%s", redis_elem(rep, f + 2, buf, sizeof(buf)));
-    if (strcmp(st, "OK") == 0) {
-        wait_granted(w, a, b, c);
+        return; /* granted by the batch's grants, or by pub/sub first */
+    if (rep->status == CONTRACT_OK) {
+        wait_granted(w, &rep->grant);
         return;
     }
-    if (strcmp(st, "WAIT") == 0) {
+    if (rep->status == CONTRACT_WAIT) {
         wait_phase(w, WAIT_QUEUED);
         if (w->intent == WAIT_QUITTING)
             wait_cancel(w);
@@ -427,29 +435,15 @@ static void finish_submit(struct dlockd *d, const char *wid, const redisReply *r
         else if (w->intent == WAIT_ABANDONED)
             wait_cancel(w);
         else
-            arm_retry(w, atoll(a));
+            arm_retry(w, rep->retry_ms);
         return;
     }
-    r = wait_take_req(w);
-    if (r && strcmp(st, "BUSY") == 0) {
-        d->stats.busy++;
-        if (w->kind == WAIT_SEM)
-            req_reply(r, "BUSY", "free=%s", a);
-        else
-            req_reply(r, "BUSY", "holder=%s ttl=%s", a, b);
-    } else if (r && strcmp(st, "WRONGTYPE") == 0) {
-        req_err(r, PROTO_EWRONGTYPE, "'%s' is in use as another type", a);
-    } else if (r && strcmp(st, "MISMATCH") == 0) {
-        req_err(r, PROTO_EMISMATCH, "'%s' has limit=%s", w->names[0], a);
-    } else if (r && strcmp(st, "DEADLOCK") == 0) {
-        req_err(r, PROTO_EDEADLOCK, "another owner already waits to upgrade '%s'", w->names[0]);
-    } else if (r) {
-        req_err(r, PROTO_EBACKEND, "unexpected answer '%s' from Redis", st);
-    }
+    if ((r = wait_take_req(w)) != NULL)
+        answer_refusal(r, w, rep);
     wait_free(w);
 }
 
-static void on_submit(struct dlockd *d, redisReply *rep, void *arg)
+static void on_submit(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     char *wid = arg;
     struct wait *w;
@@ -468,7 +462,7 @@ static void on_submit(struct dlockd *d, redisReply *rep, void *arg)
     free(wid);
 }
 
-static void on_submit_late(struct dlockd *d, redisReply *rep, void *arg)
+static void on_submit_late(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     char *wid = arg;
     struct wait *w;
@@ -523,43 +517,38 @@ static int owner_known(const struct wait *w, const char *name)
 void wait_submit(struct wait *w)
 {
     struct dlockd *d = w->d;
-    char ttl[24], lease[24], qttl[24], k[24], limit[24], who[HID_MAX + 1], mode[2] = { w->hid[0], '\0' };
     char known[PROTO_MAX_NAMES + 1];
-    const char *args[11];
-    int64_t l = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease;
+    struct contract_lock l = {
+        .who = w->hid + 1,
+        .mode = w->hid[0],
+        .client = w->client,
+        .wait = w->wait_ms != 0,
+        .ttl = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease,
+        .lease = w->lease > 0 ? w->lease : d->cfg.lock_lease,
+        .bounded = w->lease > 0,
+        .qttl = d->cfg.lock_lease,
+        .permits = w->k,
+        .limit = w->limit,
+        .known = known,
+    };
+    struct contract_args args;
     char *wid;
-    int n = 0, rc;
+    int rc;
 
     wait_number(w);
     wid = wid_copy(w);
-    snprintf(who, sizeof(who), "%s", w->hid + 1);
-    snprintf(ttl, sizeof(ttl), "%" PRId64, l);
-    snprintf(lease, sizeof(lease), "%" PRId64, w->lease > 0 ? w->lease : d->cfg.lock_lease);
-    snprintf(qttl, sizeof(qttl), "%" PRId64, d->cfg.lock_lease);
-    snprintf(k, sizeof(k), "%lld", w->k);
-    snprintf(limit, sizeof(limit), "%lld", w->limit);
-    args[n++] = who;
-    if (w->kind == WAIT_LOCK)
-        args[n++] = mode;
-    args[n++] = w->client;
-    args[n++] = w->wid;
-    args[n++] = w->wait_ms != 0 ? "1" : "0";
-    args[n++] = ttl;
-    args[n++] = lease;
-    args[n++] = w->lease > 0 ? "1" : "0";
-    args[n++] = qttl;
-    if (w->kind == WAIT_SEM) {
-        args[n++] = k;
-        args[n++] = limit;
-    }
+    l.wid = w->wid;
     for (int i = 0; i < w->nnames; i++)
         known[i] = owner_known(w, w->names[i]) ? '1' : '0';
     known[w->nnames] = '\0';
-    args[n++] = known;
+    if (w->kind == WAIT_SEM)
+        contract_acquire_args(&args, &l);
+    else
+        contract_lock_args(&args, &l);
     wait_phase(w, WAIT_SENDING);
     w->submitted = now_ms();
     rc = hold_script(d, w->kind == WAIT_SEM ? OP_ACQUIRE : OP_LOCK, w->nnames,
-                     (const char *const *)w->names, n, args, on_submit, on_submit_late, wid);
+                     (const char *const *)w->names, &args, on_submit, on_submit_late, wid);
     if (rc) {
         struct req *r = wait_take_req(w);
         free(wid);
@@ -579,16 +568,13 @@ static void on_timeout(struct deadline *dl)
     wait_cancel(w);
 }
 
-static void on_poke(struct dlockd *d, redisReply *rep, void *arg)
+static void on_poke(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     char *wid = arg;
     struct wait *w;
 
-    if (rep) {
-        size_t f = wait_apply_grants(d, rep);
-        if ((w = dict_get(d->waits, wid)) != NULL)
-            arm_retry(w, redis_elem_int(rep, f));
-    }
+    if (rep && (w = dict_get(d->waits, wid)) != NULL)
+        arm_retry(w, rep->retry_ms);
     free(wid);
 }
 
@@ -598,15 +584,14 @@ static void on_retry(struct deadline *dl)
     struct wait *w = container_of(dl, struct wait, retry);
     char *wid = wid_copy(w);
 
-    if (hold_script(w->d, OP_POKE, w->nnames, (const char *const *)w->names, 0, NULL, on_poke, NULL, wid))
+    if (hold_script(w->d, OP_POKE, w->nnames, (const char *const *)w->names, NULL, on_poke, NULL, wid))
         free(wid);
 }
 
-static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
+static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
-    char *wid = arg, buf[32], st[16], tokens[PROTO_MAX_NAMES * 24], counts[PROTO_MAX_NAMES * 24];
+    char *wid = arg;
     struct wait *w;
-    size_t f;
 
     if (rep == NULL) {
         if ((w = dict_get(d->waits, wid)) != NULL) {
@@ -618,14 +603,10 @@ static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
         free(wid);
         return;
     }
-    f = wait_apply_grants(d, rep);
     if ((w = dict_get(d->waits, wid)) != NULL) {
-        snprintf(st, sizeof(st), "%s", redis_elem(rep, 0, buf, sizeof(buf)));
-        snprintf(tokens, sizeof(tokens), "%s", redis_elem(rep, f, buf, sizeof(buf)));
-        snprintf(counts, sizeof(counts), "%s", redis_elem(rep, f + 1, buf, sizeof(buf)));
         wait_phase(w, WAIT_QUEUED);
-        if (strcmp(st, "GRANTED") == 0) {
-            wait_granted(w, tokens, counts, "0");
+        if (rep->status == CONTRACT_GRANTED) {
+            wait_granted(w, &rep->grant);
         } else if (w->intent == WAIT_RECHECK) {
             wait_intend(w, WAIT_WANTED);
             wait_submit(w);
@@ -646,7 +627,7 @@ static void on_cancel(struct dlockd *d, redisReply *rep, void *arg)
 /* Takes w out of its queues; the reply says whether it was granted first. */
 static void wait_cancel(struct wait *w)
 {
-    const char *args[] = { w->wid, w->hid, "" };
+    struct contract_args args;
     char *wid;
 
     if (w->phase != WAIT_QUEUED)
@@ -654,7 +635,8 @@ static void wait_cancel(struct wait *w)
     wait_phase(w, WAIT_CANCELLING);
     deadline_cancel(w->d->deadlines, &w->retry);
     wid = wid_copy(w);
-    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, 3, args, on_cancel, NULL, wid)) {
+    contract_cancel_args(&args, w->wid, w->hid, 0);
+    if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, &args, on_cancel, NULL, wid)) {
         struct req *r = wait_take_req(w);
         free(wid);
         if (r)

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "contract.h"
 #include "deadline.h"
 #include "deadlock.h"
 #include "hold.h"
@@ -68,8 +69,8 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
 /* Sends the wait to Redis; the reply answers its request. */
 void wait_submit(struct wait *w);
 
-/* Hands out the grants at the head of a script reply; returns the index of its own fields. */
-size_t wait_apply_grants(struct dlockd *d, const struct redisReply *rep);
+/* Hands out the grants of a batch's reply: only batch.c calls it, once a reply. */
+void wait_apply_grants(struct dlockd *d, const struct contract_batch *head);
 /* A message on this daemon's channel: a grant, or a lease end to wait for. */
 void wait_on_message(struct dlockd *d, const char *msg);
 /* The renewal found the queue entry of a wait gone: it may have been granted. */

@@ -1,0 +1,294 @@
+/* contract.c - the one place where C meets the Lua scripts' keys, argument orders and replies. */
+#include <stdio.h>
+#include <string.h>
+
+#include "contract.h"
+#include "redis.h"
+
+size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix)
+{
+    int n = snprintf(buf, len, "%s{%s}:%c", prefix, name, suffix);
+
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+/* --- ARGV of the operations, in the order of the header of each script */
+
+static void add(struct contract_args *a, const char *s)
+{
+    a->v[a->n++] = s;
+}
+
+static void add_num(struct contract_args *a, long long n)
+{
+    snprintf(a->num[a->n], sizeof(a->num[a->n]), "%lld", n);
+    add(a, a->num[a->n]);
+}
+
+/* lock.lua: session:owner, mode, client name, wid, wait, Redis lease of a
+ * grant now, lease recorded with the hold, bounded, lease of the queue
+ * entries, known per name. */
+void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
+{
+    a->n = 0;
+    add(a, l->who);
+    a->num[a->n][0] = l->mode;
+    a->num[a->n][1] = '\0';
+    add(a, a->num[a->n]);
+    add(a, l->client);
+    add(a, l->wid);
+    add_num(a, l->wait);
+    add_num(a, l->ttl);
+    add_num(a, l->lease);
+    add_num(a, l->bounded);
+    add_num(a, l->qttl);
+    add(a, l->known);
+}
+
+/* acquire.lua: session:owner, client name, wid, wait, Redis lease of a
+ * grant now, lease recorded with the hold, bounded, lease of the queue
+ * entry, permits, limit, known. */
+void contract_acquire_args(struct contract_args *a, const struct contract_lock *l)
+{
+    a->n = 0;
+    add(a, l->who);
+    add(a, l->client);
+    add(a, l->wid);
+    add_num(a, l->wait);
+    add_num(a, l->ttl);
+    add_num(a, l->lease);
+    add_num(a, l->bounded);
+    add_num(a, l->qttl);
+    add_num(a, l->permits);
+    add_num(a, l->limit);
+    add(a, l->known);
+}
+
+/* unlock.lua: session:owner, mode, all, token, counts to drop, lock-delay. */
+void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
+                          long long count, long long delay)
+{
+    a->n = 0;
+    add(a, who);
+    a->num[a->n][0] = mode;
+    a->num[a->n][1] = '\0';
+    add(a, a->num[a->n]);
+    add_num(a, all != 0);
+    add(a, token);
+    add_num(a, count);
+    add_num(a, delay);
+}
+
+/* cancel.lua: wid, hid, "check" or "". */
+void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check)
+{
+    a->n = 0;
+    add(a, wid);
+    add(a, hid);
+    add(a, check ? "check" : "");
+}
+
+/* latch.lua: op, n, ttl. */
+void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl)
+{
+    a->n = 0;
+    add(a, op);
+    add_num(a, n);
+    add_num(a, ttl);
+}
+
+/* --- replies. The batch's: status, Redis time (ms), the names with more to
+ * hand on, the number of grants, BATCH_GRANT fields of each grant, then the
+ * reply of each operation, laid out the same way (with no grants), then the
+ * operation's own fields. */
+
+enum { BATCH_STATUS, BATCH_NOW, BATCH_MORE, BATCH_NGRANTS, BATCH_GRANTS };
+#define BATCH_GRANT 5 /* wid tokens counts free left */
+
+static const char *const status_names[] = {
+    [CONTRACT_OK] = "OK",
+    [CONTRACT_BUSY] = "BUSY",
+    [CONTRACT_WAIT] = "WAIT",
+    [CONTRACT_WRONGTYPE] = "WRONGTYPE",
+    [CONTRACT_MISMATCH] = "MISMATCH",
+    [CONTRACT_DEADLOCK] = "DEADLOCK",
+    [CONTRACT_NOTHELD] = "NOTHELD",
+    [CONTRACT_CANCELLED] = "CANCELLED",
+    [CONTRACT_QUEUED] = "QUEUED",
+    [CONTRACT_GRANTED] = "GRANTED",
+    [CONTRACT_GONE] = "GONE",
+    [CONTRACT_LATE] = "LATE",
+};
+
+static enum contract_status status_of(const char *text)
+{
+    for (int s = 0; s < CONTRACT_UNKNOWN; s++)
+        if (strcmp(text, status_names[s]) == 0)
+            return (enum contract_status)s;
+    return CONTRACT_UNKNOWN;
+}
+
+/* Copies element i of rep (a string, or an integer formatted) into out; "" when absent. */
+static void str(const redisReply *rep, size_t i, char *out, size_t len)
+{
+    char buf[32];
+
+    snprintf(out, len, "%s", redis_elem(rep, i, buf, sizeof(buf)));
+}
+
+/* Element i of rep as a string reply in place, or "". */
+static const char *str_in(const redisReply *rep, size_t i)
+{
+    const redisReply *e = rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements ? rep->element[i] : NULL;
+
+    return e && e->type == REDIS_REPLY_STRING ? e->str : "";
+}
+
+/* The index of the first field after the grants of a reply laid out as the batch's. */
+static size_t fields(const redisReply *rep)
+{
+    long long n = redis_elem_int(rep, BATCH_NGRANTS);
+
+    return BATCH_GRANTS + BATCH_GRANT * (size_t)(n > 0 ? n : 0);
+}
+
+void contract_batch(struct contract_batch *b, const redisReply *rep)
+{
+    char text[16];
+
+    str(rep, BATCH_STATUS, text, sizeof(text));
+    b->status = status_of(text);
+    b->now = redis_elem_int(rep, BATCH_NOW);
+    b->more = str_in(rep, BATCH_MORE);
+    b->ngrants = redis_elem_int(rep, BATCH_NGRANTS);
+    if (b->ngrants < 0)
+        b->ngrants = 0;
+    b->rep = rep;
+}
+
+/* An operation's grant: the fields tokens counts free from index at. */
+static void grant_at(const redisReply *rep, size_t at, struct contract_grant *g)
+{
+    g->wid[0] = '\0';
+    str(rep, at, g->tokens, sizeof(g->tokens));
+    str(rep, at + 1, g->counts, sizeof(g->counts));
+    g->free = redis_elem_int(rep, at + 2);
+    g->left = -1;
+}
+
+void contract_batch_grant(const struct contract_batch *b, long long i, struct contract_grant *g)
+{
+    size_t at = BATCH_GRANTS + BATCH_GRANT * (size_t)i;
+
+    grant_at(b->rep, at + 1, g);
+    str(b->rep, at, g->wid, sizeof(g->wid));
+    g->left = redis_elem_int(b->rep, at + 4);
+}
+
+/* OK of each operation: lock (tokens counts 0), acquire (token held free),
+ * unlock (counts modes free), latch (count ttl-ms created), poke (retry-ms),
+ * status (see status.lua). */
+static void decode_ok(const redisReply *rep, size_t f, enum op_id op, struct contract_reply *r)
+{
+    switch (op) {
+    case OP_LOCK:
+    case OP_ACQUIRE:
+        grant_at(rep, f, &r->grant);
+        break;
+    case OP_UNLOCK:
+        str(rep, f, r->unlock.counts, sizeof(r->unlock.counts));
+        str(rep, f + 1, r->unlock.modes, sizeof(r->unlock.modes));
+        r->unlock.free = redis_elem_int(rep, f + 2);
+        break;
+    case OP_LATCH:
+        r->latch.count = redis_elem_int(rep, f);
+        r->latch.ttl = redis_elem_int(rep, f + 1);
+        r->latch.created = redis_elem_int(rep, f + 2) == 1;
+        break;
+    case OP_POKE:
+        r->retry_ms = redis_elem_int(rep, f);
+        break;
+    case OP_STATUS:
+        str(rep, f, r->state.kind, sizeof(r->state.kind));
+        r->state.waiters = redis_elem_int(rep, f + 1);
+        r->state.limit = redis_elem_int(rep, f + 2);
+        r->state.free = redis_elem_int(rep, f + 3);
+        r->state.latch_count = redis_elem_int(rep, f + 4);
+        r->state.more = redis_elem_int(rep, f + 5);
+        r->state.rep = rep;
+        r->state.first = f + 6;
+        r->state.nholders = rep->elements > f + 6 ? (int)((rep->elements - f - 6) / 6) : 0;
+        break;
+    default:
+        break;
+    }
+}
+
+/* The fields of r's status for op, from index f of rep. */
+static void decode_fields(const redisReply *rep, size_t f, enum op_id op, struct contract_reply *r)
+{
+    switch (r->status) {
+    case CONTRACT_OK:
+        decode_ok(rep, f, op, r);
+        break;
+    case CONTRACT_GRANTED:
+        grant_at(rep, f, &r->grant);
+        break;
+    case CONTRACT_BUSY:
+        str(rep, f, r->busy.holder, sizeof(r->busy.holder));
+        r->busy.ttl = redis_elem_int(rep, f + 1);
+        r->busy.free = redis_elem_int(rep, f);
+        break;
+    case CONTRACT_WAIT:
+        r->retry_ms = redis_elem_int(rep, f);
+        break;
+    case CONTRACT_WRONGTYPE:
+    case CONTRACT_NOTHELD:
+        str(rep, f, r->name, sizeof(r->name));
+        break;
+    case CONTRACT_MISMATCH:
+        r->limit = redis_elem_int(rep, f);
+        break;
+    default:
+        break;
+    }
+}
+
+const struct contract_reply *contract_op_reply(const struct contract_batch *b, int i, enum op_id op,
+                                               struct contract_reply *r)
+{
+    const redisReply *rep = b->rep;
+    size_t at = fields(rep) + (size_t)i;
+
+    if (rep->type != REDIS_REPLY_ARRAY || at >= rep->elements || rep->element[at]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    rep = rep->element[at];
+    str(rep, BATCH_STATUS, r->text, sizeof(r->text));
+    r->status = status_of(r->text);
+    decode_fields(rep, fields(rep), op, r);
+    return r;
+}
+
+struct contract_holder contract_holder(const struct contract_reply *r, int i)
+{
+    const redisReply *rep = r->state.rep;
+    size_t at = r->state.first + 6 * (size_t)i;
+
+    return (struct contract_holder){
+        .hid = str_in(rep, at),
+        .client = str_in(rep, at + 1),
+        .count = redis_elem_int(rep, at + 2),
+        .token = redis_elem_int(rep, at + 3),
+        .held_ms = redis_elem_int(rep, at + 4),
+        .orphaned = redis_elem_int(rep, at + 5) != 0,
+    };
+}
+
+/* renew.lua: item-index (counting pairs from 1), member, of each lease gone. */
+int contract_renew_gone(const redisReply *rep, size_t j, long long *item)
+{
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || 2 * j + 1 >= rep->elements)
+        return -1;
+    *item = redis_elem_int(rep, 2 * j) - 1;
+    return 0;
+}

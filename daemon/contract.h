@@ -1,0 +1,171 @@
+/* contract.h - the C side of the contract with the Lua scripts: the Redis keys of a name, the ARGV of each
+ * operation, and every reply decoded into typed structs (scripts/common.lua is the Lua side). */
+#ifndef DLOCKD_CONTRACT_H
+#define DLOCKD_CONTRACT_H
+
+#include <stddef.h>
+
+#include <hiredis/hiredis.h>
+
+#include "proto.h"
+#include "scripts.h"
+
+struct dlockd;
+
+#define CONTRACT_SUFFIXES "hxqwtml" /* the keys of a name, in the order of KEYS, see scripts/common.lua */
+#define CONTRACT_NAME_KEYS 7        /* letters in CONTRACT_SUFFIXES */
+#define CONTRACT_RENEW_SUFFIXES "hxqwm" /* the keys of a name a renewal moves on, see scripts/renew.lua */
+#define CONTRACT_RENEW_KEYS 5
+#define CONTRACT_KEY_MAX (PROTO_NAME_MAX + 64)
+#define CONTRACT_LIST_MAX (PROTO_MAX_NAMES * 24) /* a comma-separated list of one number per name */
+#define CONTRACT_ARGS_MAX 11                     /* ARGV of one operation, at most */
+
+/*
+ * Formats the Redis key of name with suffix (a letter of CONTRACT_SUFFIXES)
+ * under prefix into buf. Returns its length.
+ */
+size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix);
+
+/* --- ARGV of the operations */
+
+/* The ARGV of one operation; v points into the caller's strings and num. */
+struct contract_args {
+    int n;                                /* strings in v */
+    const char *v[CONTRACT_ARGS_MAX];     /* the arguments, in the script's order */
+    char num[CONTRACT_ARGS_MAX][24];      /* the numbers among them, formatted */
+};
+
+/* What a LOCK or ACQUIRE asks of Redis. */
+struct contract_lock {
+    const char *who;       /* session:owner */
+    char mode;             /* x or s (LOCK only) */
+    const char *client;    /* its session's name */
+    const char *wid;       /* the waiter it is, should it queue */
+    int wait;              /* 1 to queue when refused */
+    long long ttl;         /* Redis lease of a grant now, ms */
+    long long lease;       /* lease recorded with the hold, ms */
+    int bounded;           /* 1 with lease= */
+    long long qttl;        /* lease of the queue entries, ms */
+    long long permits;     /* ACQUIRE only */
+    long long limit;       /* ACQUIRE only */
+    const char *known;     /* per name '1' when the daemon knows of a hold or wait of who on it, else '0' */
+};
+
+/* Fills a with the ARGV of a LOCK (scripts/lock.lua) of l. */
+void contract_lock_args(struct contract_args *a, const struct contract_lock *l);
+/* Fills a with the ARGV of an ACQUIRE (scripts/acquire.lua) of l. */
+void contract_acquire_args(struct contract_args *a, const struct contract_lock *l);
+/*
+ * Fills a with the ARGV of an UNLOCK (scripts/unlock.lua): who drops count
+ * counts (every one when all) of its hold in mode (x, s, p, or '\0' for
+ * exclusive if held, else shared); token "" skips the token check; with
+ * delay > 0 the hold stays, ownerless, that long.
+ */
+void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
+                          long long count, long long delay);
+/* Fills a with the ARGV of a CANCEL (scripts/cancel.lua) of waiter wid for hid; check only confirms a grant. */
+void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check);
+/* Fills a with the ARGV of a LATCH (scripts/latch.lua): op create, countdown or read, with n and ttl ms. */
+void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl);
+
+/* --- replies */
+
+enum contract_status {
+    CONTRACT_OK,
+    CONTRACT_BUSY,
+    CONTRACT_WAIT,
+    CONTRACT_WRONGTYPE,
+    CONTRACT_MISMATCH,
+    CONTRACT_DEADLOCK,
+    CONTRACT_NOTHELD,
+    CONTRACT_CANCELLED,
+    CONTRACT_QUEUED,
+    CONTRACT_GRANTED,
+    CONTRACT_GONE,
+    CONTRACT_LATE,    /* the batch started after its deadline and changed nothing */
+    CONTRACT_UNKNOWN, /* anything else */
+};
+
+/* A grant: of a waiter in a batch's grants, or of the operation that answers it. */
+struct contract_grant {
+    char wid[64];                      /* the waiter granted; "" in an operation's reply */
+    char tokens[CONTRACT_LIST_MAX];    /* fencing token of each name */
+    char counts[CONTRACT_LIST_MAX];    /* count of each name (permits held) */
+    long long free;                    /* permits left free, of a semaphore */
+    long long left;                    /* ms its queue entry had left (-1: none); batch grants only */
+};
+
+/* One holder of a STATUS reply, valid while its reply is. */
+struct contract_holder {
+    const char *hid;       /* mode, session id, ':', owner */
+    const char *client;    /* its session's name */
+    long long count;       /* reentry count, or permits */
+    long long token;
+    long long held_ms;
+    int orphaned;          /* an expired session's hold kept for lock-delay */
+};
+
+/* An operation's reply. Which fields are set depends on the operation and status. */
+struct contract_reply {
+    enum contract_status status;
+    char text[16];                     /* the status as Redis sent it */
+    union {
+        struct contract_grant grant;   /* LOCK, ACQUIRE: OK; CANCEL: GRANTED */
+        struct {
+            char holder[PROTO_STR_MAX + 1]; /* LOCK: client of the hold in the way, "-" when none or orphaned */
+            long long ttl;             /* LOCK: ms its lease has left */
+            long long free;            /* ACQUIRE: permits free */
+        } busy;                        /* LOCK, ACQUIRE: BUSY */
+        long long retry_ms;            /* LOCK, ACQUIRE: WAIT; POKE: OK; -1 when nothing of another daemon is in the way */
+        char name[PROTO_NAME_MAX + 1]; /* WRONGTYPE, NOTHELD: the name */
+        long long limit;               /* ACQUIRE: MISMATCH, the semaphore's limit */
+        struct {
+            char counts[CONTRACT_LIST_MAX]; /* count left of each name */
+            char modes[CONTRACT_LIST_MAX];  /* mode of each hold, comma-separated */
+            long long free;            /* permits free, of a semaphore */
+        } unlock;                      /* UNLOCK: OK */
+        struct {
+            long long count;
+            long long ttl;             /* ms, -1 without a latch */
+            int created;               /* 1 when this call made it */
+        } latch;                       /* LATCH: OK */
+        struct {
+            char kind[16];             /* "lock", "semaphore", "latch" or "" for nothing */
+            long long waiters, limit, free, latch_count;
+            long long more;            /* holds not listed */
+            int nholders;              /* listed: see contract_holder */
+            const redisReply *rep;     /* where they are */
+            size_t first;
+        } state;                       /* STATUS: OK, what the name is */
+    };
+};
+
+/* The batch script's reply, valid while its redisReply is. */
+struct contract_batch {
+    enum contract_status status;       /* OK, or LATE */
+    long long now;                     /* Redis time, ms; 0 when not known */
+    const char *more;                  /* names with more to hand on, space-separated */
+    long long ngrants;
+    const redisReply *rep;
+};
+
+/* What an operation's caller gets: its reply, or NULL when there was none. */
+typedef void contract_cb(struct dlockd *d, const struct contract_reply *rep, void *arg);
+
+/* Decodes the head of the batch script's reply rep into b. */
+void contract_batch(struct contract_batch *b, const redisReply *rep);
+/* Decodes grant i (from 0, below b->ngrants) of b into g. */
+void contract_batch_grant(const struct contract_batch *b, long long i, struct contract_grant *g);
+/* Decodes the reply of operation i of b, which ran op, into r. Returns r, or NULL when it is malformed. */
+const struct contract_reply *contract_op_reply(const struct contract_batch *b, int i, enum op_id op,
+                                               struct contract_reply *r);
+/* Holder i (from 0, below r->state.nholders) of a STATUS reply. */
+struct contract_holder contract_holder(const struct contract_reply *r, int i);
+/*
+ * Sets *item to the index (from 0) of the pair of ARGV of the j-th lease
+ * (from 0) that a renewal's reply rep reports gone (scripts/renew.lua).
+ * Returns 0, or -1 when it reports fewer.
+ */
+int contract_renew_gone(const redisReply *rep, size_t j, long long *item);
+
+#endif
