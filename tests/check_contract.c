@@ -1,0 +1,372 @@
+/* check_contract.c - daemon/contract.c against the batch script in a real redis-server: the keys,
+ * each operation's ARGV and the decoded replies agree with the Lua side. */
+#include <check.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../daemon/contract.h"
+#include "../daemon/scripts.h"
+#include "harness.h"
+
+#define PREFIX "t:"
+#define DAEMON "d1"
+#define WHO_A "0123456789abcdef:a"
+#define WHO_B "fedcba9876543210:b"
+#define MAX_NAMES 2
+
+static redisContext *rc;
+static redisReply *last; /* the reply the decoded structs point into */
+
+static void setup(void)
+{
+    h_setup_redis();
+    rc = redisConnect("127.0.0.1", R->port);
+    ck_assert_ptr_nonnull(rc);
+    ck_assert_int_eq(rc->err, 0);
+}
+
+static void teardown(void)
+{
+    if (last)
+        freeReplyObject(last);
+    last = NULL;
+    redisFree(rc);
+    h_teardown();
+}
+
+/*
+ * Runs one operation on names as batch.c frames it (scripts/common.lua):
+ * KEYS from contract_key, ARGV the batch's head, then the operation. Decodes
+ * the batch's reply into *head and returns the operation's reply in *r.
+ */
+static const struct contract_reply *run_at(const char *deadline, enum op_id op, int nnames, const char *const *names,
+                                           const struct contract_args *a, struct contract_batch *head,
+                                           struct contract_reply *r)
+{
+    char keys[MAX_NAMES * CONTRACT_NAME_KEYS][CONTRACT_KEY_MAX], nk[16], nn[16], na[16];
+    const char *argv[8 + MAX_NAMES * CONTRACT_NAME_KEYS + MAX_NAMES + CONTRACT_ARGS_MAX];
+    int argc = 0;
+
+    ck_assert_int_le(nnames, MAX_NAMES);
+    argv[argc++] = "EVAL";
+    argv[argc++] = scripts[SCRIPT_BATCH].body;
+    snprintf(nk, sizeof(nk), "%d", nnames * CONTRACT_NAME_KEYS);
+    argv[argc++] = nk;
+    for (int i = 0; i < nnames; i++)
+        for (int j = 0; j < CONTRACT_NAME_KEYS; j++) {
+            char *key = keys[i * CONTRACT_NAME_KEYS + j];
+            contract_key(key, CONTRACT_KEY_MAX, PREFIX, names[i], CONTRACT_SUFFIXES[j]);
+            argv[argc++] = key;
+        }
+    argv[argc++] = PREFIX;
+    argv[argc++] = DAEMON;
+    argv[argc++] = deadline;
+    argv[argc++] = "1";
+    argv[argc++] = op_names[op];
+    snprintf(nn, sizeof(nn), "%d", nnames);
+    argv[argc++] = nn;
+    for (int i = 0; i < nnames; i++)
+        argv[argc++] = names[i];
+    snprintf(na, sizeof(na), "%d", a ? a->n : 0);
+    argv[argc++] = na;
+    for (int i = 0; a && i < a->n; i++)
+        argv[argc++] = a->v[i];
+    if (last)
+        freeReplyObject(last);
+    last = redisCommandArgv(rc, argc, argv, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_msg(last->type == REDIS_REPLY_ARRAY, "reply type %d: %s", last->type,
+                  last->type == REDIS_REPLY_ERROR ? last->str : "");
+    contract_batch(head, last);
+    return contract_op_reply(head, 0, op, r);
+}
+
+static const struct contract_reply *run(enum op_id op, const char *name, const struct contract_args *a,
+                                        struct contract_batch *head, struct contract_reply *r)
+{
+    return run_at("0", op, 1, &name, a, head, r);
+}
+
+/* The LOCK of name by who, as wait.c fills it. */
+static void lock_args(struct contract_args *a, const char *who, char mode, const char *wid, int wait)
+{
+    struct contract_lock l = {
+        .who = who, .mode = mode, .client = who[0] == '0' ? "client-a" : "client-b", .wid = wid, .wait = wait,
+        .ttl = 30000, .lease = 30000, .bounded = 0, .qttl = 30000, .known = "0",
+    };
+
+    contract_lock_args(a, &l);
+}
+
+static void acquire_args(struct contract_args *a, const char *who, const char *wid, long long permits,
+                         long long limit)
+{
+    struct contract_lock l = {
+        .who = who, .client = "client-a", .wid = wid, .ttl = 30000, .lease = 30000, .qttl = 30000,
+        .permits = permits, .limit = limit, .known = "0",
+    };
+
+    contract_acquire_args(a, &l);
+}
+
+START_TEST(test_key)
+{
+    char buf[CONTRACT_KEY_MAX];
+
+    ck_assert_uint_eq(contract_key(buf, sizeof(buf), "p:", "name", 'h'), strlen("p:{name}:h"));
+    ck_assert_str_eq(buf, "p:{name}:h");
+    ck_assert_int_eq((int)strlen(CONTRACT_SUFFIXES), CONTRACT_NAME_KEYS);
+    ck_assert_int_eq((int)strlen(CONTRACT_RENEW_SUFFIXES), CONTRACT_RENEW_KEYS);
+}
+END_TEST
+
+START_TEST(test_lock_busy_wait_unlock_grant)
+{
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    const struct contract_reply *p;
+    char token[CONTRACT_LIST_MAX];
+
+    lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(head.status, CONTRACT_OK);
+    ck_assert_int_gt(head.now, 0);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_int_gt(atoll(p->grant.tokens), 0);
+    ck_assert_str_eq(p->grant.counts, "1");
+    snprintf(token, sizeof(token), "%s", p->grant.tokens);
+
+    lock_args(&a, WHO_B, 'x', DAEMON ".2", 0);
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_BUSY);
+    ck_assert_str_eq(p->busy.holder, "client-a");
+    ck_assert_int_gt(p->busy.ttl, 0);
+    ck_assert_int_le(p->busy.ttl, 30000);
+
+    lock_args(&a, WHO_B, 'x', DAEMON ".3", 1);
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_WAIT);
+    ck_assert_int_ge(p->retry_ms, -1);
+
+    contract_unlock_args(&a, WHO_B, '\0', 0, "", 1, 0);
+    p = run(OP_UNLOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_NOTHELD);
+    ck_assert_str_eq(p->name, "n");
+
+    contract_unlock_args(&a, WHO_A, '\0', 0, token, 1, 0);
+    p = run(OP_UNLOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_str_eq(p->unlock.counts, "0");
+    ck_assert_str_eq(p->unlock.modes, "x");
+    /* the unlock handed the name to the waiter: its grant is in the batch's head */
+    ck_assert_int_eq(head.ngrants, 1);
+    {
+        struct contract_grant g;
+        contract_batch_grant(&head, 0, &g);
+        ck_assert_str_eq(g.wid, DAEMON ".3");
+        ck_assert_int_gt(atoll(g.tokens), atoll(token));
+        ck_assert_str_eq(g.counts, "1");
+        /* -1, or what its queue entry had left of its lease when it took it over */
+        ck_assert_int_ge(g.left, -1);
+        ck_assert_int_le(g.left, 30000);
+        snprintf(token, sizeof(token), "%s", g.tokens);
+    }
+
+    contract_cancel_args(&a, DAEMON ".3", "x" WHO_B, 1);
+    p = run(OP_CANCEL, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_GRANTED);
+    ck_assert_str_eq(p->grant.tokens, token);
+    ck_assert_str_eq(p->grant.counts, "1");
+}
+END_TEST
+
+START_TEST(test_two_names_and_cancel)
+{
+    const char *names[] = { "m1", "m2" };
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    const struct contract_reply *p;
+    struct contract_lock l = {
+        .who = WHO_A, .mode = 's', .client = "client-a", .wid = DAEMON ".1", .ttl = 30000, .lease = 30000,
+        .qttl = 30000, .known = "00",
+    };
+
+    contract_lock_args(&a, &l);
+    p = run_at("0", OP_LOCK, 2, names, &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_ptr_nonnull(strchr(p->grant.tokens, ','));
+    ck_assert_str_eq(p->grant.counts, "1,1");
+
+    lock_args(&a, WHO_B, 'x', DAEMON ".2", 1);
+    p = run(OP_LOCK, "m1", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_WAIT);
+    contract_cancel_args(&a, DAEMON ".2", "x" WHO_B, 1);
+    p = run(OP_CANCEL, "m1", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_QUEUED);
+    contract_cancel_args(&a, DAEMON ".2", "x" WHO_B, 0);
+    p = run(OP_CANCEL, "m1", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_CANCELLED);
+
+    p = run(OP_POKE, "m1", NULL, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_int_ge(p->retry_ms, -1);
+}
+END_TEST
+
+START_TEST(test_semaphore_and_status)
+{
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    const struct contract_reply *p;
+    struct contract_holder h;
+
+    acquire_args(&a, WHO_A, DAEMON ".1", 2, 3);
+    p = run(OP_ACQUIRE, "sem", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_int_gt(atoll(p->grant.tokens), 0);
+    ck_assert_str_eq(p->grant.counts, "2");
+    ck_assert_int_eq(p->grant.free, 1);
+
+    acquire_args(&a, WHO_B, DAEMON ".2", 2, 3);
+    p = run(OP_ACQUIRE, "sem", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_BUSY);
+    ck_assert_int_eq(p->busy.free, 1);
+
+    acquire_args(&a, WHO_B, DAEMON ".3", 1, 5);
+    p = run(OP_ACQUIRE, "sem", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_MISMATCH);
+    ck_assert_int_eq(p->limit, 3);
+
+    p = run(OP_STATUS, "sem", NULL, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_str_eq(p->state.kind, "semaphore");
+    ck_assert_int_eq(p->state.limit, 3);
+    ck_assert_int_eq(p->state.free, 1);
+    ck_assert_int_eq(p->state.waiters, 0);
+    ck_assert_int_eq(p->state.more, 0);
+    ck_assert_int_eq(p->state.nholders, 1);
+    h = contract_holder(p, 0);
+    ck_assert_str_eq(h.hid, "p" WHO_A);
+    ck_assert_str_eq(h.client, "client-a");
+    ck_assert_int_eq(h.count, 2);
+    ck_assert_int_gt(h.token, 0);
+    ck_assert_int_ge(h.held_ms, 0);
+    ck_assert_int_eq(h.orphaned, 0);
+
+    contract_unlock_args(&a, WHO_A, 'p', 0, "", 1, 0);
+    p = run(OP_UNLOCK, "sem", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_str_eq(p->unlock.counts, "1");
+    ck_assert_str_eq(p->unlock.modes, "p");
+    ck_assert_int_eq(p->unlock.free, 2);
+}
+END_TEST
+
+START_TEST(test_latch)
+{
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    const struct contract_reply *p;
+
+    contract_latch_args(&a, "create", 3, 60000);
+    p = run(OP_LATCH, "l", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_int_eq(p->latch.count, 3);
+    ck_assert_int_gt(p->latch.ttl, 0);
+    ck_assert_int_eq(p->latch.created, 1);
+
+    contract_latch_args(&a, "countdown", 1, 0);
+    p = run(OP_LATCH, "l", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    ck_assert_int_eq(p->latch.count, 2);
+    ck_assert_int_eq(p->latch.created, 0);
+
+    p = run(OP_STATUS, "l", NULL, &head, &r);
+    ck_assert_str_eq(p->state.kind, "latch");
+    ck_assert_int_eq(p->state.latch_count, 2);
+    ck_assert_int_eq(p->state.nholders, 0);
+
+    lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
+    p = run(OP_LOCK, "l", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_WRONGTYPE);
+    ck_assert_str_eq(p->name, "l");
+}
+END_TEST
+
+START_TEST(test_late_batch)
+{
+    const char *name = "n";
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+
+    lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
+    ck_assert_ptr_null(run_at("1", OP_LOCK, 1, &name, &a, &head, &r));
+    ck_assert_int_eq(head.status, CONTRACT_LATE);
+    ck_assert_int_gt(head.now, 0);
+    ck_assert_int_eq(head.ngrants, 0);
+}
+END_TEST
+
+/* renew.lua reports the pairs whose member is gone, counting from 1. */
+START_TEST(test_renew_gone)
+{
+    char keys[CONTRACT_RENEW_KEYS][CONTRACT_KEY_MAX];
+    const char *argv[3 + CONTRACT_RENEW_KEYS + 5];
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    long long item;
+    int argc = 0;
+
+    lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
+    ck_assert_int_eq(run(OP_LOCK, "n", &a, &head, &r)->status, CONTRACT_OK);
+    argv[argc++] = "EVAL";
+    argv[argc++] = scripts[SCRIPT_RENEW].body;
+    argv[argc++] = "5";
+    for (int j = 0; j < CONTRACT_RENEW_KEYS; j++) {
+        contract_key(keys[j], sizeof(keys[j]), PREFIX, "n", CONTRACT_RENEW_SUFFIXES[j]);
+        argv[argc++] = keys[j];
+    }
+    argv[argc++] = "2";
+    argv[argc++] = "x" WHO_B;
+    argv[argc++] = "30000";
+    argv[argc++] = "x" WHO_A;
+    argv[argc++] = "30000";
+    freeReplyObject(last);
+    last = redisCommandArgv(rc, argc, argv, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_int_eq(contract_renew_gone(last, 0, &item), 0);
+    ck_assert_int_eq(item, 0);
+    ck_assert_int_eq(contract_renew_gone(last, 1, &item), -1);
+}
+END_TEST
+
+static Suite *contract_suite(void)
+{
+    Suite *s = suite_create("contract");
+    TCase *tc = tcase_create("scripts");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_key);
+    tcase_add_test(tc, test_lock_busy_wait_unlock_grant);
+    tcase_add_test(tc, test_two_names_and_cancel);
+    tcase_add_test(tc, test_semaphore_and_status);
+    tcase_add_test(tc, test_latch);
+    tcase_add_test(tc, test_late_batch);
+    tcase_add_test(tc, test_renew_gone);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return h_run_suite(contract_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
