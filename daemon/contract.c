@@ -234,10 +234,13 @@ static void decode_fields(const redisReply *rep, size_t f, enum op_id op, struct
     case CONTRACT_GRANTED:
         grant_at(rep, f, &r->grant);
         break;
-    case CONTRACT_BUSY:
-        str(rep, f, r->busy.holder, sizeof(r->busy.holder));
-        r->busy.ttl = redis_elem_int(rep, f + 1);
-        r->busy.free = redis_elem_int(rep, f);
+    case CONTRACT_BUSY: /* LOCK: holder ttl; ACQUIRE: free */
+        if (op == OP_ACQUIRE) {
+            r->busy.free = redis_elem_int(rep, f);
+        } else {
+            str(rep, f, r->busy.holder, sizeof(r->busy.holder));
+            r->busy.ttl = redis_elem_int(rep, f + 1);
+        }
         break;
     case CONTRACT_WAIT:
         r->retry_ms = redis_elem_int(rep, f);
