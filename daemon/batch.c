@@ -57,13 +57,6 @@ static void strv_add(struct strv *v, const char *s, size_t len)
     v->n++;
 }
 
-static void strv_num(struct strv *v, long long n)
-{
-    char buf[24];
-
-    strv_add(v, buf, (size_t)snprintf(buf, sizeof(buf), "%lld", n));
-}
-
 /* Points out[0..v->n) at v's strings; returns out + v->n. */
 static const char **strv_list(const struct strv *v, const char **out)
 {
@@ -207,7 +200,7 @@ static void on_late(struct dlockd *d, redisReply *rep, void *arg)
 static void send_batch(struct batch *b)
 {
     struct dlockd *d = b->d;
-    int argc = b->keys.n + 4 + b->args.n;
+    int argc = b->keys.n + CONTRACT_HEAD + b->args.n;
     const char **argv = malloc((size_t)argc * sizeof(*argv)), **p;
     char deadline[24], nops[16];
 
@@ -216,11 +209,8 @@ static void send_batch(struct batch *b)
     snprintf(deadline, sizeof(deadline), "%lld", b->bounded ? deadline_now(d) : 0);
     snprintf(nops, sizeof(nops), "%d", b->nops);
     p = strv_list(&b->keys, argv);
-    *p++ = d->cfg.key_prefix;
-    *p++ = d->id;
-    *p++ = deadline;
-    *p++ = nops;
-    strv_list(&b->args, p);
+    contract_batch_head(p, d->cfg.key_prefix, d->id, deadline, nops);
+    strv_list(&b->args, p + CONTRACT_HEAD);
     if (redis_script(d->redis, SCRIPT_BATCH, b->keys.n, argc, argv, on_answer, on_late, b)) {
         drop_all(b);
         batch_free(b);
@@ -277,21 +267,18 @@ static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
 int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
+    struct contract_frame f;
     struct batch *b;
 
     if (!redis_accepts(d->redis))
         return -1;
     b = open_batch(d, bounded != 0);
     b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
-    strv_add(&b->args, op_names[op], strlen(op_names[op]));
-    strv_num(&b->args, nnames);
-    for (int i = 0; i < nnames; i++) {
+    for (int i = 0; i < nnames; i++)
         add_keys(d, &b->keys, names[i]);
-        strv_add(&b->args, names[i], strlen(names[i]));
-    }
-    strv_num(&b->args, args ? args->n : 0);
-    for (int i = 0; args && i < args->n; i++)
-        strv_add(&b->args, args->v[i], strlen(args->v[i]));
+    contract_op_frame(&f, op, nnames, names, args);
+    for (int i = 0; i < f.n; i++)
+        strv_add(&b->args, f.v[i], strlen(f.v[i]));
     if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
         d->batcher->open[bounded != 0] = NULL;
         send_batch(b);

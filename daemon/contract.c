@@ -12,7 +12,33 @@ size_t contract_key(char *buf, size_t len, const char *prefix, const char *name,
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
-/* --- ARGV of the operations, in the order of the header of each script */
+/* --- ARGV of the batch, and of the operations in the order of the header of each script */
+
+void contract_batch_head(const char **head, const char *prefix, const char *id, const char *deadline,
+                         const char *nops)
+{
+    head[0] = prefix;
+    head[1] = id;
+    head[2] = deadline;
+    head[3] = nops;
+}
+
+void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, const char *const *names,
+                       const struct contract_args *args)
+{
+    int nargs = args ? args->n : 0;
+
+    f->n = 0;
+    f->v[f->n++] = op_names[op];
+    snprintf(f->nnames, sizeof(f->nnames), "%d", nnames);
+    f->v[f->n++] = f->nnames;
+    for (int i = 0; i < nnames; i++)
+        f->v[f->n++] = names[i];
+    snprintf(f->nargs, sizeof(f->nargs), "%d", nargs);
+    f->v[f->n++] = f->nargs;
+    for (int i = 0; i < nargs; i++)
+        f->v[f->n++] = args->v[i];
+}
 
 static void add(struct contract_args *a, const char *s)
 {

@@ -26,7 +26,24 @@ struct dlockd;
  */
 size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix);
 
-/* --- ARGV of the operations */
+/* --- ARGV of the batch script and of its operations */
+
+#define CONTRACT_HEAD 4 /* the batch's own arguments, before its operations' */
+
+/*
+ * Fills head[0..CONTRACT_HEAD) with the batch's own ARGV: key prefix, the
+ * calling daemon's id, deadline (Redis time in ms, "0" for none), number of
+ * operations.
+ */
+void contract_batch_head(const char **head, const char *prefix, const char *id, const char *deadline,
+                         const char *nops);
+
+/* An operation's part of the batch's ARGV; v points into the caller's strings and the counts. */
+struct contract_frame {
+    int n;                                              /* strings in v */
+    const char *v[3 + PROTO_MAX_NAMES + CONTRACT_ARGS_MAX]; /* in the batch script's order */
+    char nnames[16], nargs[16];                         /* the counts, formatted */
+};
 
 /* The ARGV of one operation; v points into the caller's strings and num. */
 struct contract_args {
@@ -50,6 +67,14 @@ struct contract_lock {
     long long limit;       /* ACQUIRE only */
     const char *known;     /* per name '1' when the daemon knows of a hold or wait of who on it, else '0' */
 };
+
+/*
+ * Fills f with operation op's part of the batch's ARGV: its name, the
+ * number of its names (PROTO_MAX_NAMES at most), the names, the number of
+ * its arguments and the arguments (args NULL for none).
+ */
+void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, const char *const *names,
+                       const struct contract_args *args);
 
 /* Fills a with the ARGV of a LOCK (scripts/lock.lua) of l. */
 void contract_lock_args(struct contract_args *a, const struct contract_lock *l);

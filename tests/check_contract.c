@@ -37,16 +37,17 @@ static void teardown(void)
 }
 
 /*
- * Runs one operation on names as batch.c frames it (scripts/common.lua):
- * KEYS from contract_key, ARGV the batch's head, then the operation. Decodes
- * the batch's reply into *head and returns the operation's reply in *r.
+ * Runs one operation on names as batch.c sends it: KEYS from contract_key,
+ * ARGV the batch's head and the operation's frame. Decodes the batch's
+ * reply into *head and returns the operation's reply in *r.
  */
 static const struct contract_reply *run_at(const char *deadline, enum op_id op, int nnames, const char *const *names,
                                            const struct contract_args *a, struct contract_batch *head,
                                            struct contract_reply *r)
 {
-    char keys[MAX_NAMES * CONTRACT_NAME_KEYS][CONTRACT_KEY_MAX], nk[16], nn[16], na[16];
-    const char *argv[8 + MAX_NAMES * CONTRACT_NAME_KEYS + MAX_NAMES + CONTRACT_ARGS_MAX];
+    char keys[MAX_NAMES * CONTRACT_NAME_KEYS][CONTRACT_KEY_MAX], nk[16];
+    const char *argv[3 + MAX_NAMES * CONTRACT_NAME_KEYS + CONTRACT_HEAD + MAX_NAMES + 3 + CONTRACT_ARGS_MAX];
+    struct contract_frame f;
     int argc = 0;
 
     ck_assert_int_le(nnames, MAX_NAMES);
@@ -60,19 +61,11 @@ static const struct contract_reply *run_at(const char *deadline, enum op_id op, 
             contract_key(key, CONTRACT_KEY_MAX, PREFIX, names[i], CONTRACT_SUFFIXES[j]);
             argv[argc++] = key;
         }
-    argv[argc++] = PREFIX;
-    argv[argc++] = DAEMON;
-    argv[argc++] = deadline;
-    argv[argc++] = "1";
-    argv[argc++] = op_names[op];
-    snprintf(nn, sizeof(nn), "%d", nnames);
-    argv[argc++] = nn;
-    for (int i = 0; i < nnames; i++)
-        argv[argc++] = names[i];
-    snprintf(na, sizeof(na), "%d", a ? a->n : 0);
-    argv[argc++] = na;
-    for (int i = 0; a && i < a->n; i++)
-        argv[argc++] = a->v[i];
+    contract_batch_head(argv + argc, PREFIX, DAEMON, deadline, "1");
+    argc += CONTRACT_HEAD;
+    contract_op_frame(&f, op, nnames, names, a);
+    for (int i = 0; i < f.n; i++)
+        argv[argc++] = f.v[i];
     if (last)
         freeReplyObject(last);
     last = redisCommandArgv(rc, argc, argv, NULL);
