@@ -113,7 +113,7 @@ struct bench {
     struct opts o;
     char run[12];              /* random id in every name of this run */
     char daemon_id[17];        /* redis: stands for dlockd's id in the scripts' ARGV */
-    char sha_batch[41], sha_renew[41];
+    char sha_renew[41];
     char sha_acquire[41], sha_release[41]; /* the recipe's scripts */
     struct redisContext *ctl;  /* control link to Redis: INFO, SCRIPT LOAD */
     struct cl **cls;

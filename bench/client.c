@@ -326,7 +326,7 @@ static void rd_keys(const char *name, char keys[7][256])
         snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
 }
 
-/* EVALSHA batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name nargs args... */
+/* FCALL batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name nargs args... */
 static void rd_script(struct cl *c, int kind, const char *op, const char *name, int nargs, const char **args,
                       cl_cb *cb, void *arg)
 {
@@ -335,8 +335,8 @@ static void rd_script(struct cl *c, int kind, const char *op, const char *name, 
     int n = 0;
 
     rd_keys(name, keys);
-    argv[n++] = "EVALSHA";
-    argv[n++] = c->b->sha_batch;
+    argv[n++] = "FCALL";
+    argv[n++] = scripts[SCRIPT_BATCH].function;
     argv[n++] = "7";
     for (int i = 0; i < 7; i++)
         argv[n++] = keys[i];

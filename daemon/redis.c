@@ -1,5 +1,6 @@
 /* redis.c - two hiredis connections on the event loop: one runs scripts
- * (pipelined EVALSHA, reloaded on NOSCRIPT), one receives this daemon's pub/sub
+ * (pipelined FCALL of the batch library and EVALSHA of renew.lua, loaded
+ * again when Redis lost them), one receives this daemon's pub/sub
  * channel. The link is up only once both are authenticated, the scripts
  * loaded and Redis's eviction policy checked; every call has a deadline of
  * backend-timeout; any failure drops the link and reconnects with backoff,
@@ -63,7 +64,7 @@ struct redis_call {
     redis_cb *cb, *late;
     void *arg;
     int answered;             /* cb was called */
-    int retried;              /* resent with EVAL after NOSCRIPT */
+    int retried;              /* resent after NOSCRIPT or "Function not found" */
     uint64_t sent;            /* monotonic us */
     struct deadline timeout;
     int argc;                 /* of the command */
@@ -229,6 +230,27 @@ static void call_timeout(struct deadline *dl)
 
 static int call_send(struct redis_call *call);
 
+static void on_reloaded(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = reply;
+    const struct script *lib = privdata;
+
+    if (r && r->type == REDIS_REPLY_ERROR && ac == ((struct redis *)ac->data)->ac)
+        trouble(ac->data, 0, "FUNCTION LOAD %s: %s", lib->name, r->str);
+}
+
+/* After "Function not found" (someone ran FUNCTION FLUSH): the library
+ * again, then the same call, which Redis runs after it. */
+static int resend_with_library(struct redis_call *call)
+{
+    const struct script *lib = &scripts[call->id];
+
+    if (call->rd->ac == NULL ||
+        redisAsyncCommand(call->rd->ac, on_reloaded, (void *)lib, "FUNCTION LOAD REPLACE %s", lib->body) != REDIS_OK)
+        return -1;
+    return call_send(call);
+}
+
 /* After NOSCRIPT: the same call with EVAL and the body instead of EVALSHA and the sha. */
 static int resend_with_eval(struct redis_call *call)
 {
@@ -256,6 +278,12 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->retried) {
         call->retried = 1;
         if (resend_with_eval(call) == 0)
+            return;
+        r = NULL;
+    }
+    if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "Function not found") && !call->retried) {
+        call->retried = 1;
+        if (resend_with_library(call) == 0)
             return;
         r = NULL;
     }
@@ -339,8 +367,13 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     deadline_init(&call->timeout, call_timeout);
     snprintf(nk, sizeof(nk), "%d", nkeys);
     /* Before the first SCRIPT LOAD answered (a call held by the first handshake), the body itself. */
-    all[0] = scripts[id].sha[0] ? "EVALSHA" : "EVAL";
-    all[1] = scripts[id].sha[0] ? scripts[id].sha : scripts[id].body;
+    if (scripts[id].function) {
+        all[0] = "FCALL";
+        all[1] = scripts[id].function;
+    } else {
+        all[0] = scripts[id].sha[0] ? "EVALSHA" : "EVAL";
+        all[1] = scripts[id].sha[0] ? scripts[id].sha : scripts[id].body;
+    }
     all[2] = nk;
     memcpy(all + 3, argv, (size_t)argc * sizeof(*argv));
     call->argc = n;
@@ -437,11 +470,13 @@ static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
 
     if (r == NULL)
         return;
-    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-        link_fail(rd, 0, "SCRIPT LOAD %s: %s", s->name, r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r->type != REDIS_REPLY_STRING || (s->function == NULL && r->len != 40)) {
+        link_fail(rd, 0, "%s %s: %s", s->function ? "FUNCTION LOAD" : "SCRIPT LOAD", s->name,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
         return;
     }
-    memcpy(s->sha, r->str, 41);
+    if (s->function == NULL)
+        memcpy(s->sha, r->str, 41);
     if (s == &scripts[SCRIPT_COUNT - 1]) {
         rd->ac_ready = 1;
         link_up(rd);
@@ -542,7 +577,8 @@ static void connect_link(struct redis *rd)
     }
     redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
     for (int i = 0; i < SCRIPT_COUNT; i++)
-        redisAsyncCommand(rd->ac, on_loaded, &scripts[i], "SCRIPT LOAD %s", scripts[i].body);
+        redisAsyncCommand(rd->ac, on_loaded, &scripts[i],
+                          scripts[i].function ? "FUNCTION LOAD REPLACE %s" : "SCRIPT LOAD %s", scripts[i].body);
     snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
     redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
 }

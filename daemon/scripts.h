@@ -3,7 +3,7 @@
 #define DLOCKD_SCRIPTS_H
 
 enum script_id {
-    SCRIPT_BATCH, /* runs operations on names, see scripts/common.lua */
+    SCRIPT_BATCH, /* a function library: runs operations on names, see scripts/common.lua */
     SCRIPT_RENEW,
     SCRIPT_COUNT
 };
@@ -23,7 +23,8 @@ enum op_id {
 struct script {
     const char *name;
     const char *body;
-    char sha[41]; /* from SCRIPT LOAD; "" until loaded */
+    char sha[41];         /* from SCRIPT LOAD; "" until loaded */
+    const char *function; /* a function library's one function, called with FCALL; NULL for EVALSHA */
 };
 
 extern struct script scripts[SCRIPT_COUNT];

@@ -435,6 +435,26 @@ START_TEST(test_restored_hold_not_reentered)
 }
 END_TEST
 
+/* The batch library is a Redis function: one removed by FUNCTION FLUSH is
+ * loaded again by the next call, which then runs. */
+START_TEST(test_function_flushed)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice");
+    long long loads;
+    char *r;
+
+    H_LOCK_NEW(a, "ff1");
+    loads = h_redis_cmdstat(R->port, "function|load");
+    r = h_redis_cmd(R->port, "FUNCTION", "FLUSH", NULL);
+    ck_assert_str_eq(r, "OK");
+    free(r);
+    H_LOCK_NEW(a, "ff2");
+    ck_assert_int_eq(h_redis_cmdstat(R->port, "function|load"), loads + 1);
+    H_REQ(a, "OK count=0", "UNLOCK ff1");
+    H_REQ(a, "OK count=0", "UNLOCK ff2");
+}
+END_TEST
+
 START_TEST(test_lease_end_flood)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -488,6 +508,7 @@ static Suite *backend_suite(void)
     tcase_add_test(pubsub, test_forged_latch);
     tcase_add_test(pubsub, test_lease_end_flood);
     tcase_add_test(pubsub, test_restored_hold_not_reentered);
+    tcase_add_test(pubsub, test_function_flushed);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
         suite_add_tcase(s, *tc);

@@ -1,17 +1,32 @@
--- batch.lua: runs the operations of one batch in turn (see common.lua).
+-- batch.lua: the library's entry point, batch(KEYS, ARGV) (see common.lua).
 -- lock and unlock look at their names first: when nobody else is there, they
 -- skip the purge and handoff.
 local LAZY = { lock = true, unlock = true }
-local results, a, k = {}, 5, 1
-for _ = 1, tonumber(ARGV[4]) do
-    local op, n = ARGV[a], tonumber(ARGV[a + 1])
-    local names = { unpack(ARGV, a + 2, a + 1 + n) }
-    for _, name in ipairs(names) do
-        bind(name, k)
-        k = k + 7
+
+local function batch(keys, args)
+    KEYS, ARGV = keys, args
+    PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
+    local time = redis.call('TIME')
+    NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    NOW = math.floor(NOW_US / 1000)
+    if DEADLINE > 0 and NOW > DEADLINE then
+        return { 'LATE', NOW, '', 0 }
     end
-    local m = tonumber(ARGV[a + 2 + n])
-    table.insert(results, OPS[op](ARGV, a + 3 + n, names, not LAZY[op] and prepare(names) or nil))
-    a = a + 3 + n + m
+    NOW_S, NOW_US_S = num(NOW), num(NOW_US)
+    STATES, ORDER, GRANTS, SPENT, AT = {}, {}, {}, 0, {}
+    local results, a, k = {}, 5, 1
+    for _ = 1, tonumber(ARGV[4]) do
+        local op, n = ARGV[a], tonumber(ARGV[a + 1])
+        local names = { unpack(ARGV, a + 2, a + 1 + n) }
+        for _, name in ipairs(names) do
+            bind(name, k)
+            k = k + 7
+        end
+        local m = tonumber(ARGV[a + 2 + n])
+        table.insert(results, OPS[op](ARGV, a + 3 + n, names, not LAZY[op] and prepare(names) or nil))
+        a = a + 3 + n + m
+    end
+    return finish(results)
 end
-return finish(results)
+
+redis.register_function('@FUNCTION@', batch)

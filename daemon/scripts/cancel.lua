@@ -31,4 +31,4 @@ end
 for i, s in ipairs(S) do
     redis.call('ZADD', s.x, NOW + leases[i], hid)
 end
-return reply('GRANTED', join(tokens), join(counts), select(4, inspect(S[1], hid, 0)))
+return reply('GRANTED', join(tokens), join(counts), (select(3, inspect(S[1], hid, 0))))

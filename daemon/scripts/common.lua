@@ -1,7 +1,8 @@
 -- common.lua: the data model of locks and semaphores. The batch script is
--- this file, then every operation's file as a function OPS.<op>(ARGV, A,
--- NAMES, S), then batch.lua, which runs the operations of one batch in turn
--- (embed.sh builds it).
+-- a Redis function library (FUNCTION LOAD, called with FCALL): this file,
+-- then every operation's file as a function OPS.<op>(ARGV, A, NAMES, S),
+-- then batch.lua, whose batch() runs the operations of one call in turn
+-- (embed.sh builds it and names it after its contents).
 --
 -- ARGV of the batch: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis
 -- time in ms, 0 for none), 4 number of operations, then for each: its name,
@@ -33,15 +34,11 @@
 -- each grant, then the reply of each operation: status, Redis time, "", 0,
 -- then the operation's own fields.
 
-local PREFIX, DAEMON, DEADLINE = ARGV[1], ARGV[2], tonumber(ARGV[3])
-
-local time = redis.call('TIME')
-local NOW_US = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local NOW = math.floor(NOW_US / 1000)
-
-if DEADLINE > 0 and NOW > DEADLINE then
-    return { 'LATE', NOW, '', 0 }
-end
+-- The state of one call, set by batch() (batch.lua) before its operations
+-- run: this file is loaded once, as a Redis function library, and its
+-- functions serve every call.
+local KEYS, ARGV, PREFIX, DAEMON, DEADLINE, NOW_US, NOW, NOW_S, NOW_US_S
+local STATES, ORDER, GRANTS, SPENT, AT
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = '604800000' -- 7 days
@@ -142,7 +139,6 @@ end
 -- and marks it slow: tidied and given its expiry again at the end. The keys
 -- of the names of an operation are in KEYS (bind); those of other names,
 -- such as the other names of a waiter handed on, are made from the name.
-local STATES, ORDER = {}, {}
 local function bind(name, k)
     if STATES[name] == nil then
         local s = { name = name, h = KEYS[k], x = KEYS[k + 1], q = KEYS[k + 2], w = KEYS[k + 3], t = KEYS[k + 4],
@@ -229,9 +225,8 @@ end
 
 -- A number passed to redis.call becomes a string through printf, which
 -- costs more than the command itself: the ones every grant needs are made
--- once per batch, and the times of leases once per distinct value.
-local NOW_S, NOW_US_S = num(NOW), num(NOW_US)
-local AT = {}
+-- once per call (NOW_S, NOW_US_S), and the times of leases once per
+-- distinct value (AT).
 local function at(ms)
     local s = AT[ms]
     if s == nil then
@@ -272,10 +267,9 @@ local function grant(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     return grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client), k
 end
 
--- Grants made by this script: wid, tokens, counts (comma-joined per name),
--- the free permits after it (semaphores; 0 for locks) and left of each;
--- SPENT counts their names against GRANT_BUDGET.
-local GRANTS, SPENT = {}, 0
+-- GRANTS lists the grants made by this call: wid, tokens, counts
+-- (comma-joined per name), the free permits after it (semaphores; 0 for
+-- locks) and left of each; SPENT counts their names against GRANT_BUDGET.
 
 local function dequeue(s, wid)
     redis.call('ZREM', s.q, wid)
