@@ -18,6 +18,7 @@
 
 #include "bench.h"
 #include "proto.h"
+#include "scripts.h"
 
 enum kind { K_PING, K_LOCK, K_UNLOCK, K_RENEW, K_HB, K_ACQUIRE, K_RELEASE };
 
@@ -317,7 +318,7 @@ static void rd_open(struct cl *c)
     rd_send(c, K_PING, 1, ping, on_ready, NULL);
 }
 
-/* The 7 keys of a name, in the scripts' order (daemon/hold.c: hold_keys). */
+/* The 7 keys of a name, in the scripts' order (daemon/contract.c: CONTRACT_SUFFIXES). */
 static void rd_keys(const char *name, char keys[7][256])
 {
     static const char suffix[] = "hxqwtml";
