@@ -187,7 +187,7 @@ struct row {
     { "2. handoff vs " label ": p50", "sc=handoff", "recipe=queue", "recipe=" r, "p50_us", "us", C_NONE, 0, "" },   \
     { "2. handoff vs " label ": p99", "sc=handoff", "recipe=queue", "recipe=" r, "p99_us", "us", p99chk, p99x,     \
       p99tgt },                                                                                                    \
-    { "2. handoff vs " label ": EVALSHA/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "scripts_per_handoff", \
+    { "2. handoff vs " label ": script calls/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "scripts_per_handoff", \
       "calls", C_NONE, 0, "" },                                                                                    \
     { "2. handoff vs " label ": Redis cmds/handoff", "sc=handoff", "recipe=queue", "recipe=" r, "cmds_per_handoff",  \
       "cmds", C_NONE, 0, "" },                                                                                     \
@@ -213,9 +213,9 @@ static const struct row rows[] = {
       C_NONE, 0, "" },
     { "3. idle holds: dlockd CPU", "sc=idle", A_DL, B_RD, "dlockd_cpu", "% core", C_A_LT, 5, "< 5%" },
     { "3. idle holds: redis-server CPU", "sc=idle", A_DL, B_RD, "redis_cpu", "% core", C_NONE, 0, "" },
-    { "3. idle holds: EVALSHA/s (renewal)", "sc=idle", A_DL, B_RD, "scripts_s", "1/s", C_NONE, 0, "" },
+    { "3. idle holds: script calls/s (renewal)", "sc=idle", A_DL, B_RD, "scripts_s", "1/s", C_NONE, 0, "" },
     { "3. idle holds: Redis cmds/s (renewal, in scripts too)", "sc=idle", A_DL, B_RD, "cmds_s", "1/s", C_NONE, 0, "" },
-    { "3. idle holds: holds per EVALSHA per period", "sc=idle", A_DL, B_RD, "holds_per_script", "holds", C_A_GE, 50,
+    { "3. idle holds: holds per script call per period", "sc=idle", A_DL, B_RD, "holds_per_script", "holds", C_A_GE, 50,
       ">= 50" },
     { "3. idle holds: Redis cmds per hold per period", "sc=idle", A_DL, B_RD, "cmds_per_hold_period", "cmds",
       C_A_LE, 0.02, "<= 1/50" },
@@ -234,7 +234,7 @@ static const struct row rows[] = {
     { "5. mixed 80/20: grant p99", "sc=mixed", A_DL, B_RD, "p99_us", "us", C_NONE, 0, "" },
     { "5. mixed 80/20: exclusive grant p99", "sc=mixed", A_DL, B_RD, "x_p99_us", "us", C_NONE, 0, "" },
     { "5. mixed 80/20: shared grant p99", "sc=mixed", A_DL, B_RD, "s_p99_us", "us", C_NONE, 0, "" },
-    { "5. mixed 80/20: EVALSHA/grant", "sc=mixed", A_DL, B_RD, "scripts_per_grant", "calls", C_NONE, 0, "" },
+    { "5. mixed 80/20: script calls/grant", "sc=mixed", A_DL, B_RD, "scripts_per_grant", "calls", C_NONE, 0, "" },
     { "5. mixed 80/20: BUSY tries/grant", "sc=mixed", A_DL, B_RD, "busy_per_grant", "tries", C_NONE, 0, "" },
 };
 

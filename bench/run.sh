@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh - what `make bench`, `make bench-pairs` and `make bench-smoke` run: starts a
 # private redis-server and dlockd on free loopback ports, runs every scenario against dlockd
-# (A) and against direct Redis (B, the same Lua scripts over EVALSHA), alternating A B A B,
+# (A) and against direct Redis (B, the same Lua library over FCALL), alternating A B A B,
 # the uncontended pairs also against the recipe (C, bench/recipe.c), then prints one table
 # of medians and ratios and, when gnuplot is there, plots latency against load.
 #

@@ -102,7 +102,7 @@ int sys_cmdstats(struct bench *b, struct cmdstats *cs)
         if (strcmp(name, "info") == 0)
             continue;
         cs->total += calls;
-        if (strcmp(name, "evalsha") == 0 || strcmp(name, "eval") == 0)
+        if (strcmp(name, "evalsha") == 0 || strcmp(name, "eval") == 0 || strcmp(name, "fcall") == 0)
             cs->scripts += calls;
         if (strcmp(name, "ping") == 0)
             cs->ping += calls;
