@@ -1,6 +1,7 @@
 /* client.c - the connections of the load generator: dlockd sessions spoken to
- * in the line protocol, or direct Redis clients that call dlockd's own lock,
- * batch library (FCALL) and renew script (EVALSHA), or the recipe's scripts (EVALSHA). All answer in order,
+ * in the line protocol, or direct Redis clients that call dlockd's own batch
+ * library (FCALL) and renew script (EVALSHA), or the recipe's scripts
+ * (EVALSHA). All answer in order,
  * so each connection keeps a FIFO of the callbacks waiting for a reply. */
 #include <stdio.h>
 #include <stdlib.h>
