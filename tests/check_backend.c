@@ -455,6 +455,26 @@ START_TEST(test_function_flushed)
 }
 END_TEST
 
+/* A script reaches keys only through KEYS: the UNLOCK of mh1 does not
+ * declare mh2, so it does not grant the waiter for both; it tells the
+ * waiter's daemon (R on its channel), whose poke declares both and grants. */
+START_TEST(test_multi_name_handoff_declared)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+    long long pubs;
+    const char *r;
+
+    H_LOCK_NEW(a, "mh1");
+    ck_assert_int_eq(h_send(b, "#w LOCK mh1 mh2 wait=10s"), 0);
+    ck_assert(h_wait_waiters(a, "mh1", 1, H_TIMEOUT));
+    pubs = h_redis_cmdstat(R->port, "publish");
+    H_REQ(a, "OK count=0", "UNLOCK mh1");
+    r = h_reply_tag(b, "w", 5000);
+    ck_assert_msg(r && h_match(r, "#w OK tokens=%d,%d counts=1,1"), "got '%s'", r ? r : "(nothing)");
+    ck_assert_int_gt(h_redis_cmdstat(R->port, "publish"), pubs);
+}
+END_TEST
+
 START_TEST(test_lease_end_flood)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -509,6 +529,7 @@ static Suite *backend_suite(void)
     tcase_add_test(pubsub, test_lease_end_flood);
     tcase_add_test(pubsub, test_restored_hold_not_reentered);
     tcase_add_test(pubsub, test_function_flushed);
+    tcase_add_test(pubsub, test_multi_name_handoff_declared);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
         suite_add_tcase(s, *tc);

@@ -13,7 +13,7 @@ local function batch(keys, args)
         return { 'LATE', NOW, '', 0 }
     end
     NOW_S, NOW_US_S = num(NOW), num(NOW_US)
-    STATES, ORDER, GRANTS, SPENT, AT = {}, {}, {}, 0, {}
+    STATES, ORDER, GRANTS, SPENT, AT, HINTED = {}, {}, {}, 0, {}, {}
     local results, a, k = {}, 5, 1
     for _ = 1, tonumber(ARGV[4]) do
         local op, n = ARGV[a], tonumber(ARGV[a + 1])

@@ -38,7 +38,7 @@
 -- run: this file is loaded once, as a Redis function library, and its
 -- functions serve every call.
 local KEYS, ARGV, PREFIX, DAEMON, DEADLINE, NOW_US, NOW, NOW_S, NOW_US_S
-local STATES, ORDER, GRANTS, SPENT, AT
+local STATES, ORDER, GRANTS, SPENT, AT, HINTED
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = '604800000' -- 7 days
@@ -136,9 +136,9 @@ end
 
 -- The state of a name: its keys. peek leaves it as it is in Redis, for
 -- the fast paths that read what they need; state purges it, once per batch,
--- and marks it slow: tidied and given its expiry again at the end. The keys
--- of the names of an operation are in KEYS (bind); those of other names,
--- such as the other names of a waiter handed on, are made from the name.
+-- and marks it slow: tidied and given its expiry again at the end. A script
+-- reaches keys only through KEYS, where the keys of every name of every
+-- operation are (bind): a name that is not there is an error.
 local function bind(name, k)
     if STATES[name] == nil then
         local s = { name = name, h = KEYS[k], x = KEYS[k + 1], q = KEYS[k + 2], w = KEYS[k + 3], t = KEYS[k + 4],
@@ -149,14 +149,7 @@ local function bind(name, k)
 end
 
 local function peek(name)
-    local s = STATES[name]
-    if s == nil then
-        local b = PREFIX .. '{' .. name .. '}:'
-        bind(name, #KEYS + 1)
-        s = STATES[name]
-        s.h, s.x, s.q, s.w, s.t, s.m, s.l = b .. 'h', b .. 'x', b .. 'q', b .. 'w', b .. 't', b .. 'm', b .. 'l'
-    end
-    return s
+    return STATES[name] or error('dlockd: the keys of ' .. name .. ' were not declared')
 end
 
 local function state(name)
@@ -311,6 +304,17 @@ local function grant_waiter(wid, w, group)
     end
 end
 
+-- A waiter at the head of s's queue that fits there but has names whose
+-- keys this call did not declare: a script reaches keys only through KEYS
+-- (Redis Cluster needs it), so its daemon is told, once per call, to poke
+-- it with all its names declared (R, as for a lease that ends now).
+local function hint(s, wid)
+    if not HINTED[wid] then
+        HINTED[wid] = true
+        redis.call('PUBLISH', PREFIX .. waiter_daemon(wid), 'R ' .. s.name .. ' 0')
+    end
+end
+
 -- Grants waiters from the head of s's queue while they fit, in FIFO order:
 -- the first that does not fit holds back everyone behind it. A waiter for
 -- several names must be at the head of each of their queues and fit in each.
@@ -327,13 +331,19 @@ local function advance(s)
         end
         local wid = head[1]
         local w = waiter_decode(redis.call('HGET', s.w, wid))
+        if inspect(s, w.hid, w.k) then
+            return
+        end
+        for _, name in ipairs(w.names) do
+            if STATES[name] == nil then
+                hint(s, wid)
+                return
+            end
+        end
         local group = {}
         for i, name in ipairs(w.names) do
             local t = state(name)
-            if t ~= s and redis.call('ZRANGE', t.q, 0, 0)[1] ~= wid then
-                return
-            end
-            if inspect(t, w.hid, w.k) then
+            if t ~= s and (redis.call('ZRANGE', t.q, 0, 0)[1] ~= wid or inspect(t, w.hid, w.k)) then
                 return
             end
             group[i] = t
