@@ -90,9 +90,10 @@ void contract_acquire_args(struct contract_args *a, const struct contract_lock *
     add(a, l->known);
 }
 
-/* unlock.lua: session:owner, mode, all, token, counts to drop, lock-delay. */
+/* unlock.lua: session:owner, mode, all, token, counts to drop, lock-delay,
+ * and per name 1 when the daemon knows of the hold, else 0. */
 void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
-                          long long count, long long delay)
+                          long long count, long long delay, const char *known)
 {
     a->n = 0;
     add(a, who);
@@ -103,6 +104,7 @@ void contract_unlock_args(struct contract_args *a, const char *who, char mode, i
     add(a, token);
     add_num(a, count);
     add_num(a, delay);
+    add(a, known);
 }
 
 /* cancel.lua: wid, hid, "check" or "". */

@@ -84,10 +84,13 @@ void contract_acquire_args(struct contract_args *a, const struct contract_lock *
  * Fills a with the ARGV of an UNLOCK (scripts/unlock.lua): who drops count
  * counts (every one when all) of its hold in mode (x, s, p, or '\0' for
  * exclusive if held, else shared); token "" skips the token check; with
- * delay > 0 the hold stays, ownerless, that long.
+ * delay > 0 the hold stays, ownerless, that long. known has one '1' or
+ * '0' per name: whether the daemon knows of the hold (a hold it does not
+ * know of was granted to a request not answered yet: not the client's to
+ * release).
  */
 void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
-                          long long count, long long delay);
+                          long long count, long long delay, const char *known);
 /* Fills a with the ARGV of a CANCEL (scripts/cancel.lua) of waiter wid for hid; check only confirms a grant. */
 void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check);
 /* Fills a with the ARGV of a LATCH (scripts/latch.lua): op create, countdown or read, with n and ttl ms. */

@@ -153,7 +153,7 @@ void hold_release(struct dlockd *d, const char *name, const char *hid, const cha
 {
     struct contract_args args;
 
-    contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay);
+    contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay, "1");
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
     if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, on_release, NULL, NULL))
         log_warnx("backend down: '%s' is left to its lease in Redis", name);

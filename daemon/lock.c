@@ -136,13 +136,31 @@ static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *
     free(op);
 }
 
+/*
+ * Fills known, for each name of op, with whether the client may know of its
+ * hold there: this daemon answered its grant, or a LOCK or ACQUIRE of the
+ * same session and owner is on its way to Redis and may be granted before
+ * the release runs. A hold granted to a request still queued here (its
+ * answer pending, or being confirmed) is not the client's to release yet.
+ */
+static void known_holds(const struct op *op, char *known)
+{
+    struct session *s = req_session(op->req);
+
+    for (int i = 0; i < op->nnames; i++)
+        known[i] = wait_owner_knows(op->req->d, s, op->who, op->names[i], NULL, 1) ? '1' : '0';
+    known[op->nnames] = '\0';
+}
+
 void lock_unlock(struct req *r)
 {
     struct op *op = op_new(r, r->sid);
     struct contract_args args;
+    char known[PROTO_MAX_NAMES + 1];
 
+    known_holds(op, known);
     contract_unlock_args(&args, op->who, (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0', (r->pr.flags & PROTO_F_ALL) != 0,
-                         "", 1, 0);
+                         "", 1, 0, known);
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 
@@ -150,8 +168,10 @@ void lock_release(struct req *r)
 {
     struct op *op = op_new(r, r->sid);
     struct contract_args args;
+    char known[PROTO_MAX_NAMES + 1];
 
-    contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0);
+    known_holds(op, known);
+    contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0, known);
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 

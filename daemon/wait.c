@@ -485,6 +485,27 @@ static void wait_number(struct wait *w)
     dict_set(d->waits, w->wid, w);
 }
 
+int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who, const char *name,
+                     const struct wait *skip, int sending_only)
+{
+    struct lname *ln = hold_name(d, name);
+    const struct hold *h;
+    const struct wait *o;
+
+    if (ln)
+        TAILQ_FOREACH(h, &ln->holds, in_name)
+            if (h->s == s && strcmp(h->hid + 1, who) == 0)
+                return 1;
+    TAILQ_FOREACH(o, &s->waits, in_session) {
+        if (o == skip || strcmp(o->hid + 1, who) != 0 || (sending_only && o->phase != WAIT_SENDING))
+            continue;
+        for (int i = 0; i < o->nnames; i++)
+            if (strcmp(o->names[i], name) == 0)
+                return 1;
+    }
+    return 0;
+}
+
 /*
  * Whether this daemon knows of a hold of w's session and owner on name, or
  * of another of their waits for it. A hold in Redis it knows nothing of
@@ -494,24 +515,7 @@ static void wait_number(struct wait *w)
  */
 static int owner_known(const struct wait *w, const char *name)
 {
-    struct lname *ln = hold_name(w->d, name);
-    const struct hold *h;
-    const struct wait *o;
-
-    if (w->s == NULL)
-        return 1;
-    if (ln)
-        TAILQ_FOREACH(h, &ln->holds, in_name)
-            if (h->s == w->s && strcmp(h->hid + 1, w->hid + 1) == 0)
-                return 1;
-    TAILQ_FOREACH(o, &w->s->waits, in_session) {
-        if (o == w || strcmp(o->hid + 1, w->hid + 1) != 0)
-            continue;
-        for (int i = 0; i < o->nnames; i++)
-            if (strcmp(o->names[i], name) == 0)
-                return 1;
-    }
-    return 0;
+    return w->s == NULL || wait_owner_knows(w->d, w->s, w->hid + 1, name, w, 0);
 }
 
 void wait_submit(struct wait *w)

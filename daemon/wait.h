@@ -66,6 +66,14 @@ struct wait {
 int wait_within_limits(struct req *r, const struct session *s);
 /* A wait for r's names (hid mode: x, s or p), added to r's session. */
 struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode);
+/*
+ * Whether this daemon knows of a hold of session s and owner who
+ * (session:owner) on name, or of a wait of theirs for it other than skip:
+ * any, or with sending_only one whose script is in flight and may grant it
+ * before a script sent now runs.
+ */
+int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who, const char *name,
+                     const struct wait *skip, int sending_only);
 /* Sends the wait to Redis; the reply answers its request. */
 void wait_submit(struct wait *w);
 

@@ -475,6 +475,36 @@ START_TEST(test_multi_name_handoff_declared)
 }
 END_TEST
 
+/* An UNLOCK releases only holds the client may know of: one granted to a
+ * LOCK of the session that is still queued here (granted by a release that
+ * Redis runs first, its answer not sent yet) is not the client's to release
+ * yet. Without this, a grant the daemon confirms before answering (a short
+ * lease left) could be released and then answered TIMEOUT. */
+START_TEST(test_unlock_spares_unanswered_grant)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+    const char *r;
+
+    H_LOCK_NEW(a, "ug");
+    ck_assert_int_eq(h_send(b, "#w LOCK ug wait=10s"), 0);
+    ck_assert(h_wait_waiters(a, "ug", 1, H_TIMEOUT));
+    h_redis_pause(R);
+    ck_assert_int_eq(h_send(a, "#u UNLOCK ug"), 0);
+    h_sleep_ms(150);
+    ck_assert_int_eq(h_send(b, "#v UNLOCK ug"), 0);
+    h_sleep_ms(150);
+    h_redis_resume(R);
+    r = h_reply_tag(a, "u", H_TIMEOUT);
+    ck_assert_msg(r && h_match(r, "#u OK count=0"), "got '%s'", r ? r : "(nothing)");
+    r = h_reply_tag(b, "w", H_TIMEOUT);
+    ck_assert_msg(r && h_match(r, "#w OK token=%d count=1"), "got '%s'", r ? r : "(nothing)");
+    r = h_reply_tag(b, "v", H_TIMEOUT);
+    ck_assert_msg(r && h_match(r, "#v ERR NOTHELD %*"), "got '%s'", r ? r : "(nothing)");
+    H_REQ(a, "OK {%*\"client\":\"bob\"%*}", "STATUS ug");
+    H_REQ(b, "OK count=0", "UNLOCK ug");
+}
+END_TEST
+
 START_TEST(test_lease_end_flood)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -530,6 +560,7 @@ static Suite *backend_suite(void)
     tcase_add_test(pubsub, test_restored_hold_not_reentered);
     tcase_add_test(pubsub, test_function_flushed);
     tcase_add_test(pubsub, test_multi_name_handoff_declared);
+    tcase_add_test(pubsub, test_unlock_spares_unanswered_grant);
     for (TCase **tc = (TCase *[]){policy, errors, link, pubsub, NULL}; *tc != NULL; tc++) {
         tcase_set_timeout(*tc, 60);
         suite_add_tcase(s, *tc);

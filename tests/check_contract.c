@@ -157,12 +157,12 @@ START_TEST(test_lock_busy_wait_unlock_grant)
     ck_assert_int_eq(p->status, CONTRACT_WAIT);
     ck_assert_int_ge(p->retry_ms, -1);
 
-    contract_unlock_args(&a, WHO_B, '\0', 0, "", 1, 0);
+    contract_unlock_args(&a, WHO_B, '\0', 0, "", 1, 0, "1");
     p = run(OP_UNLOCK, "n", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_NOTHELD);
     ck_assert_str_eq(p->name, "n");
 
-    contract_unlock_args(&a, WHO_A, '\0', 0, token, 1, 0);
+    contract_unlock_args(&a, WHO_A, '\0', 0, token, 1, 0, "1");
     p = run(OP_UNLOCK, "n", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_OK);
     ck_assert_str_eq(p->unlock.counts, "0");
@@ -264,7 +264,7 @@ START_TEST(test_semaphore_and_status)
     ck_assert_int_ge(h.held_ms, 0);
     ck_assert_int_eq(h.orphaned, 0);
 
-    contract_unlock_args(&a, WHO_A, 'p', 0, "", 1, 0);
+    contract_unlock_args(&a, WHO_A, 'p', 0, "", 1, 0, "1");
     p = run(OP_UNLOCK, "sem", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_OK);
     ck_assert_str_eq(p->unlock.counts, "1");

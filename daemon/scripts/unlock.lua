@@ -3,15 +3,17 @@
 -- ARGV from A: session:owner, mode (x, s, p, or empty: exclusive if held,
 -- else shared), all (1 drops every count), token (empty, or the hold must
 -- have it), counts to drop (permits), lock-delay in ms (0: release now; else
--- the hold stays, ownerless, that long).
+-- the hold stays, ownerless, that long), and per name 1 when the daemon
+-- knows of the hold, else 0: a hold granted to a request it has not
+-- answered yet is not the client's to release (NOTHELD).
 -- Reply fields: OK counts modes free | NOTHELD name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
-local k, delay = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5])
+local k, delay, known = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), ARGV[A + 6]
 
 -- The fast path: a live hold of one lock, released now; its name is handed
 -- on only when someone waits.
 if S == nil then
-    if #NAMES == 1 and mode ~= 'p' and delay == 0 then
+    if #NAMES == 1 and mode ~= 'p' and delay == 0 and known == '1' then
         local s, m, v = peek(NAMES[1]), mode, nil
         if m == '' then
             v = redis.call('HGET', s.h, 'x' .. who)
@@ -49,7 +51,7 @@ for i, s in ipairs(S) do
         m = holding(s, 'x', who) and 'x' or 's'
     end
     local v = redis.call('HGET', s.h, m .. who)
-    if not v then
+    if not v or string.sub(known, i, i) ~= '1' then
         return reply('NOTHELD', s.name)
     end
     local h = hold_decode(v)
