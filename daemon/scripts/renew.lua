@@ -3,31 +3,43 @@
 -- KEYS: the keys h, x, q, w, m of each name (see common.lua). ARGV, for each
 -- name in order: n, then n pairs member, lease-ms.
 -- Returns item-index (counting pairs from 1), member of each one already gone
--- (lease ran out, or Redis lost it). The keys of a name then expire
--- KEY_MARGIN_MS after the last lease in x, as common.lua sets them.
+-- (lease ran out, or Redis lost it). The keys of a name are then kept at
+-- least KEY_MARGIN_MS past the latest lease renewed (PEXPIREAT GT: every
+-- key dlockd writes has an expiry, which this only moves on); q, w and m
+-- only when the name has one of them.
 local KEY_MARGIN_MS = 1000
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lost, a, item = {}, 1, 0
+-- A number passed to redis.call is formatted by printf: each lease end once.
+local ends = {}
+local function at(ms)
+    local v = ends[ms]
+    if v == nil then
+        v = string.format('%.0f', ms)
+        ends[ms] = v
+    end
+    return v
+end
 for k = 1, #KEYS, 5 do
-    local x, n, kept = KEYS[k + 1], tonumber(ARGV[a]), false
+    local x, n, last = KEYS[k + 1], tonumber(ARGV[a]), 0
     a = a + 1
     for _ = 1, n do
         local m, lease = ARGV[a], tonumber(ARGV[a + 1])
         a, item = a + 2, item + 1
         local s = redis.call('ZSCORE', x, m)
         if s and tonumber(s) > now then
-            redis.call('ZADD', x, now + lease, m)
-            kept = true
+            redis.call('ZADD', x, at(now + lease), m)
+            last = math.max(last, now + lease)
         else
             table.insert(lost, item)
             table.insert(lost, m)
         end
     end
-    if kept then
-        local at = string.format('%.0f', tonumber(redis.call('ZRANGE', x, -1, -1, 'WITHSCORES')[2]) + KEY_MARGIN_MS)
-        for j = k, k + 4 do
-            redis.call('PEXPIREAT', KEYS[j], at)
+    if last > 0 then
+        local more = redis.call('EXISTS', KEYS[k + 2], KEYS[k + 3], KEYS[k + 4]) > 0
+        for j = k, more and k + 4 or k + 1 do
+            redis.call('PEXPIREAT', KEYS[j], at(last + KEY_MARGIN_MS), 'GT')
         end
     end
 end
