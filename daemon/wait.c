@@ -152,11 +152,12 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         nt = nc = 0;
     }
     for (int i = 0; i < nt; i++) {
-        long long count = atoll(cnt[i]);
+        /* Undone: exactly the k counts it added. The count it reported may
+         * have grown since, by reentries answered OK that must stay. */
         if (r == NULL || r->c == NULL || s == NULL)
-            hold_release(d, w->names[i], w->hid, tok[i], count <= w->k, w->k, 0);
+            hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
-            hold_set(s, w->names[i], w->hid, tok[i], count, w->lease);
+            hold_set(s, w->names[i], w->hid, tok[i], atoll(cnt[i]), w->lease);
     }
     if (r == NULL || r->c == NULL || s == NULL) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
