@@ -417,9 +417,9 @@ void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
         recipe_unlock(c, name, cb, arg);
         return;
     }
-    /* unlock.lua: who mode(any) all token k delay */
-    const char *args[] = { c->who, "", "0", "", "1", "0" };
-    rd_script(c, K_UNLOCK, "unlock", name, 6, args, cb, arg);
+    /* unlock.lua: who mode(any) all token k delay known */
+    const char *args[] = { c->who, "", "0", "", "1", "0", "1" };
+    rd_script(c, K_UNLOCK, "unlock", name, 7, args, cb, arg);
 }
 
 void cl_heartbeat(struct cl *c)
