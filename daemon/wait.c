@@ -715,6 +715,13 @@ static int free_one(const char *key, void *val, void *arg)
 void wait_free_all(struct dlockd *d)
 {
     dict_each(d->waits, free_one, NULL);
+    if (heard.ends) {
+        /* hints heard but not swept yet: nothing waits for them any more */
+        deadline_cancel(d->deadlines, &heard.sweep);
+        dict_each(heard.ends, free_end, NULL);
+        dict_free(heard.ends);
+        heard.ends = NULL;
+    }
 }
 
 /* Copies str to *p and moves *p past its '\0'; returns the copy. */
