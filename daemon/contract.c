@@ -51,16 +51,22 @@ static void add_num(struct contract_args *a, long long n)
     add(a, a->num[a->n]);
 }
 
-/* lock.lua: session:owner, mode, client name, wid, wait, Redis lease of a
- * grant now, lease recorded with the hold, bounded, lease of the queue
- * entries, known per name. */
-void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
+static void add_char(struct contract_args *a, char c)
+{
+    a->num[a->n][0] = c;
+    a->num[a->n][1] = '\0';
+    add(a, a->num[a->n]);
+}
+
+/* What lock.lua and acquire.lua both take, in this order: session:owner,
+ * client name, wid, wait, the leases (of a grant now, recorded with the
+ * hold, bounded, of the queue entry); lock.lua has the mode after the first. */
+static void add_request(struct contract_args *a, const struct contract_lock *l, char mode)
 {
     a->n = 0;
     add(a, l->who);
-    a->num[a->n][0] = l->mode;
-    a->num[a->n][1] = '\0';
-    add(a, a->num[a->n]);
+    if (mode)
+        add_char(a, mode);
     add(a, l->client);
     add(a, l->wid);
     add_num(a, l->wait);
@@ -68,6 +74,14 @@ void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
     add_num(a, l->lease);
     add_num(a, l->bounded);
     add_num(a, l->qttl);
+}
+
+/* lock.lua: session:owner, mode, client name, wid, wait, Redis lease of a
+ * grant now, lease recorded with the hold, bounded, lease of the queue
+ * entries, known per name. */
+void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
+{
+    add_request(a, l, l->mode);
     add(a, l->known);
 }
 
@@ -76,15 +90,7 @@ void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
  * entry, permits, limit, known. */
 void contract_acquire_args(struct contract_args *a, const struct contract_lock *l)
 {
-    a->n = 0;
-    add(a, l->who);
-    add(a, l->client);
-    add(a, l->wid);
-    add_num(a, l->wait);
-    add_num(a, l->ttl);
-    add_num(a, l->lease);
-    add_num(a, l->bounded);
-    add_num(a, l->qttl);
+    add_request(a, l, '\0');
     add_num(a, l->permits);
     add_num(a, l->limit);
     add(a, l->known);
@@ -97,9 +103,7 @@ void contract_unlock_args(struct contract_args *a, const char *who, char mode, i
 {
     a->n = 0;
     add(a, who);
-    a->num[a->n][0] = mode;
-    a->num[a->n][1] = '\0';
-    add(a, a->num[a->n]);
+    add_char(a, mode);
     add_num(a, all != 0);
     add(a, token);
     add_num(a, count);
