@@ -175,6 +175,7 @@ static void hello_resume(struct req *r)
         conn_attach(c, old);
     }
     hello_reply(r, old, r->pr.secret, 1);
+    conn_resumed(c);
 }
 
 static void cmd_hello(struct req *r)

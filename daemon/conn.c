@@ -372,6 +372,44 @@ void conn_event(struct conn *c, const char *fmt, ...)
         free(text);
 }
 
+void conn_session_event(struct session *s, const char *fmt, ...)
+{
+    char buf[1024], *text;
+    size_t len;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = format_body(buf, sizeof(buf), "*", fmt, ap);
+    va_end(ap);
+    if (s->conn)
+        send_line(s->conn, "", text);
+    /* A lost hold is one of at most max-holds: so are its events. */
+    if (conn_gone(s->conn) && s->nmissed < s->d->cfg.max_holds) {
+        len = strlen(text);
+        if ((s->missed = realloc(s->missed, s->missed_len + len + 1)) == NULL)
+            fatalx("conn: out of memory");
+        memcpy(s->missed + s->missed_len, text, len);
+        s->missed[s->missed_len + len] = '\n';
+        s->missed_len += len + 1;
+        s->nmissed++;
+    }
+    if (text != buf)
+        free(text);
+}
+
+void conn_resumed(struct conn *c)
+{
+    struct session *s = c->session;
+
+    if (s == NULL || s->missed == NULL)
+        return;
+    write_line(c, s->missed, s->missed_len);
+    free(s->missed);
+    s->missed = NULL;
+    s->missed_len = 0;
+    s->nmissed = 0;
+}
+
 void conn_broadcast(struct dlockd *d, const char *text)
 {
     struct conn *c;

@@ -117,6 +117,14 @@ struct session *req_session(struct req *r);
 
 /* Sends an event line "* text" on c. */
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * Sends "* text" to s's connection. While it has none, or one that is
+ * going, the line is also kept for the connection that resumes s next
+ * (conn_resumed): a LOST must reach the client wherever it comes back.
+ */
+void conn_session_event(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* c resumed its session: sends it the events kept for it. */
+void conn_resumed(struct conn *c);
 /* 1 when nobody can wait on c any more (it is closing, or sent EOF). */
 int conn_gone(const struct conn *c);
 /*

@@ -71,7 +71,7 @@ static void on_lease_end(struct deadline *dl)
 {
     struct hold *h = container_of(dl, struct hold_lease, dl)->h;
 
-    conn_event(h->s->conn, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
+    conn_session_event(h->s, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
     log_debug("s%s: lease of '%s' ended", h->s->id, h->ln->name);
     drop(h->s->d, h, 0);
 }
@@ -136,7 +136,7 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
         return;
     d->stats.lost++;
     log_info("s%s: lost '%s' token=%llu (%s)", h->s->id, name, h->token, reason);
-    conn_event(h->s->conn, "LOST %s token=%llu reason=%s", name, h->token, reason);
+    conn_session_event(h->s, "LOST %s token=%llu reason=%s", name, h->token, reason);
     hold_remove(d, h);
 }
 

@@ -120,6 +120,7 @@ static int forget(const char *key, void *val, void *arg)
     s->d->hooks->session_forget(s);
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
+    free(s->missed);
     free(s->name);
     free(s);
     return 0;
@@ -145,6 +146,7 @@ void session_end(struct session *s, enum session_end why)
     dict_del(d->sessions, s->id);
     if (c)
         d->hooks->session_left(c, why == SESSION_EXPIRED);
+    free(s->missed);
     free(s->name);
     free(s);
 }

@@ -37,6 +37,9 @@ struct session {
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
     TAILQ_HEAD(, idrec) idlist;   /* the answered ones, oldest first */
     int64_t nids;                 /* in idlist */
+    char *missed;                 /* event lines its client may not have read, for its next connection */
+    size_t missed_len;
+    int nmissed;
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */

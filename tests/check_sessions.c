@@ -187,6 +187,37 @@ START_TEST(test_close_keeps_holds)
 }
 END_TEST
 
+/* A hold lost while its session had no connection is told to the connection
+ * that resumes the session: a LOST must not go to nobody. */
+START_TEST(test_lost_told_on_resume)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s");
+    struct h_conn *b = H_CLIENT(D, "name=bob");
+    struct h_conn *a2;
+    char sid[64], secret[64], pat[200];
+    long long t = H_LOCK_NEW(a, "away");
+
+    snprintf(sid, sizeof sid, "%s", a->session);
+    snprintf(secret, sizeof secret, "%s", a->secret);
+    h_close(a);
+    h_sleep_ms(300);
+    h_redis_restart(R); /* empty: the hold is gone */
+    H_EVENT(b, "* SAFE", 5000 + 3000);
+    a2 = H_CONNECT(D->port);
+    H_REQ(a2, "OK session=%w secret=%w ttl=%d proto=1 server=dlockd/%w resumed=1 lease=%d",
+          "HELLO session=%s secret=%s", sid, secret);
+    snprintf(pat, sizeof pat, "* LOST away token=%lld reason=backend", t);
+    H_EVENT(a2, pat, 1000);
+    H_REQ(a2, "ERR NOTHELD %*", "UNLOCK away");
+    /* Told once: a second resume hears nothing of it. */
+    h_close(a2);
+    a2 = H_CONNECT(D->port);
+    H_REQ(a2, "OK session=%w %*", "HELLO session=%s secret=%s", sid, secret);
+    H_REQ(a2, "OK", "PING");
+    ck_assert_ptr_null(h_event(a2, "* LOST %*", 300));
+}
+END_TEST
+
 START_TEST(test_close_cancels_waits)
 {
     struct h_conn *a = H_CLIENT(D, "name=alice");
@@ -286,6 +317,7 @@ static Suite *sessions_suite(void)
     tcase_add_test(tc, test_heartbeat_while_waiting);
     tcase_add_test(tc, test_quit_releases);
     tcase_add_test(tc, test_close_keeps_holds);
+    tcase_add_test(tc, test_lost_told_on_resume);
     tcase_add_test(tc, test_close_cancels_waits);
     tcase_add_test(tc, test_unknown_session);
     tcase_add_test(tc, test_auth_unconfigured);
