@@ -62,7 +62,8 @@ struct conn {
     struct session *session;  /* attached session, or NULL */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
-    int authing;              /* a wrong password waits for auth-fail-delay */
+    int authing;              /* a wrong password waits for auth-fail-delay; apart from authed,
+                               * since an authenticated client may send a wrong AUTH too */
     int auth_failures;        /* wrong passwords so far */
     int untagged_busy;        /* an untagged request is being served */
     enum conn_state state;    /* moved only by conn_state */
