@@ -440,10 +440,12 @@ class Checker:
         for g in evs:
             if g.replay == "yes" and out:
                 # an UNLOCK without `shared` ends a shared hold only when there is no exclusive one
+                # An ERR NOTHELD for a release sent before the grant was read is "not yours
+                # yet" (a hold granted to a request still waiting here), not an end.
                 ended = [e.read for e in sl["ends"] if e.kind in ("unlock", "notheld") and
                          (e.read < g.send or self.surely_after(g, e)) and
                          (key[3] != "s" or e.kind == "notheld" or e.shared or self.never_exclusive(key, e.read)) and
-                         any(self.surely_after(e, o) for o in out)]
+                         any(e.send > o.read if e.kind == "notheld" else self.surely_after(e, o) for o in out)]
                 lost = self.lost.get((key[0], key[2], g.token))
                 if lost is not None and out[0].read < lost[0] < g.send:
                     ended.append(lost[0])

@@ -184,6 +184,19 @@ def case_stale_replay():
     return h.check(), {"stale replay"}
 
 
+def case_replay_after_early_release():
+    # RELEASE sent while the ACQUIRE still waited: Redis ran it after the grant, but the
+    # grant was not answered yet, so it is ERR NOTHELD and the hold stays; a replay is fine
+    h = History()
+    heartbeats(h, 0, 3000)
+    h.req(10, 0, "ACQUIRE s limit=3 permits=2 wait=500 id=i1", "OK token=10 held=2 free=1", at=30,
+          id="i1", permits=2, limit=3, wait=500)
+    h.req(20, 0, "RELEASE s", "ERR NOTHELD 's' is not held by this session and owner", at=31, permits=1)
+    h.req(40, 0, "ACQUIRE s limit=3 permits=2 wait=500 id=i1", "OK token=10 held=2 free=1", id="i1",
+          permits=2, limit=3, wait=500)
+    return h.check(), set()
+
+
 def case_replay_shared_kept():
     h = History()
     heartbeats(h, 0, 3000)
