@@ -208,9 +208,11 @@ static void on_event(struct dlock *h, const struct proto_reply *rp)
     } else if (strcmp(rp->status, "SAFE") == 0) {
         set_jeopardy(h, J_BACKEND, 0, NULL);
         h->next_hb = dl_now(); /* its answer confirms the holds */
-    } else if (strcmp(rp->status, "BYE") == 0) {
-        session_dead(h, reason ? reason : "shutdown");
+    } else if (strcmp(rp->status, "BYE") == 0 && (reason == NULL || strcmp(reason, "shutdown") != 0)) {
+        session_dead(h, reason ? reason : "expired");
     }
+    /* A dlockd that shuts down leaves the session and its holds in Redis: the connection
+     * drops and the session is resumed there once it is back, or on another address. */
 }
 
 static void on_heartbeat(struct dlock *h, const struct proto_reply *rp)
@@ -511,8 +513,8 @@ static int try_connect(struct dlock *h)
     memcpy(rs.sid, h->session, sizeof(rs.sid));
     memcpy(rs.secret, h->secret, sizeof(rs.secret));
     pthread_mutex_unlock(&h->mu);
-    /* A live session exists only on its own server: try others only once it is surely gone. */
-    tries = rs.fresh ? h->opt.naddrs : 1;
+    /* A live session can be resumed on any dlockd sharing the Redis: its own server first. */
+    tries = h->opt.naddrs;
     for (int i = 0; i < tries && rc != 0; i++) {
         int r = attempt(h, (rs.cur + i) % h->opt.naddrs, &rs);
 

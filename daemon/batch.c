@@ -11,6 +11,7 @@
 #include "batch.h"
 #include "dlockd.h"
 #include "log.h"
+#include "record.h"
 #include "redis.h"
 #include "wait.h"
 
@@ -211,6 +212,7 @@ static void send_batch(struct batch *b)
     p = strv_list(&b->keys, argv);
     contract_batch_head(p, d->cfg.key_prefix, d->id, deadline, nops);
     strv_list(&b->args, p + CONTRACT_HEAD);
+    record_flush(d); /* a hold is in its session's record before Redis can grant it */
     if (redis_script(d->redis, SCRIPT_BATCH, b->keys.n, argc, argv, on_answer, on_late, b)) {
         drop_all(b);
         batch_free(b);

@@ -12,7 +12,9 @@
 #include "lock.h"
 #include "log.h"
 #include "redis.h"
+#include "record.h"
 #include "reqid.h"
+#include "resume.h"
 #include "session.h"
 
 #define CMD_PREAUTH (1u << 0) /* allowed before AUTH */
@@ -152,30 +154,78 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
              (long long)s->ttl);
     req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
               secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
+    /* Its record says which daemon has it now: one that had it before lets go. */
+    if (s->has_secret)
+        record_put(s, c->peer);
     /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
     if (redis_jeopardy(c->d->redis))
         conn_event(c, "JEOPARDY");
 }
 
-/* HELLO session= secret=: moves the session here; the connection's own one
- * is dropped unless it holds or waits for something. */
-static void hello_resume(struct req *r)
+/* Attaches s to r's connection; the connection's own session is dropped
+ * unless it holds or waits for something. */
+static void hello_attach(struct req *r, struct session *s)
 {
     struct conn *c = r->c;
-    struct session *s = c->session, *old;
+    struct session *own = c->session;
 
+    if (own == s)
+        return;
+    if (own && TAILQ_EMPTY(&own->holds) && TAILQ_EMPTY(&own->waits))
+        session_end(own, SESSION_QUIT);
+    conn_attach(c, s);
+}
+
+static void hello_resumed(struct req *r, struct session *s)
+{
+    struct conn *c = r->c;
+
+    hello_reply(r, s, r->pr.secret, 1);
+    conn_resumed(c);
+}
+
+/* A session resumed from Redis whose holds could not all be adopted: the
+ * connection gets a fresh session, and Redis is left as it was. */
+static void hello_failed(struct req *r, struct session *s)
+{
+    if (r->c->session == s)
+        conn_attach(r->c, session_new(r->d, r->c->peer, r->d->cfg.session_ttl));
+    session_drop(s);
+    req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+}
+
+static void hello_refused(struct req *r)
+{
+    refuse_later(r, PROTO_ENOSESSION);
+}
+
+static void hello_resume(struct req *r);
+
+static const struct resume_answers resume_answers = {
+    .attach = hello_attach,
+    .resumed = hello_resumed,
+    .failed = hello_failed,
+    .refused = hello_refused,
+    .again = hello_resume,
+};
+
+/* HELLO session= secret=: moves the session here, from this daemon or
+ * from its record in Redis. */
+static void hello_resume(struct req *r)
+{
+    struct session *old;
+
+    if (session_find(r->d, r->pr.session) == NULL) {
+        resume_from_record(r, &resume_answers);
+        return;
+    }
     old = session_check(r->d, r->pr.session, (r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "");
     if (old == NULL) {
         refuse_later(r, PROTO_ENOSESSION);
         return;
     }
-    if (old != s) {
-        if (TAILQ_EMPTY(&s->holds) && TAILQ_EMPTY(&s->waits))
-            session_end(s, SESSION_QUIT);
-        conn_attach(c, old);
-    }
-    hello_reply(r, old, r->pr.secret, 1);
-    conn_resumed(c);
+    hello_attach(r, old);
+    hello_resumed(r, old);
 }
 
 static void cmd_hello(struct req *r)

@@ -372,10 +372,25 @@ void conn_event(struct conn *c, const char *fmt, ...)
         free(text);
 }
 
+/* Appends the event line text to what s keeps for its next connection. */
+static void keep_missed(struct session *s, const char *text)
+{
+    size_t len = strlen(text);
+
+    /* A lost hold is one of at most max-holds: so are its events. */
+    if (s->nmissed >= s->d->cfg.max_holds)
+        return;
+    if ((s->missed = realloc(s->missed, s->missed_len + len + 1)) == NULL)
+        fatalx("conn: out of memory");
+    memcpy(s->missed + s->missed_len, text, len);
+    s->missed[s->missed_len + len] = '\n';
+    s->missed_len += len + 1;
+    s->nmissed++;
+}
+
 void conn_session_event(struct session *s, const char *fmt, ...)
 {
     char buf[1024], *text;
-    size_t len;
     va_list ap;
 
     va_start(ap, fmt);
@@ -383,16 +398,21 @@ void conn_session_event(struct session *s, const char *fmt, ...)
     va_end(ap);
     if (s->conn)
         send_line(s->conn, "", text);
-    /* A lost hold is one of at most max-holds: so are its events. */
-    if (conn_gone(s->conn) && s->nmissed < s->d->cfg.max_holds) {
-        len = strlen(text);
-        if ((s->missed = realloc(s->missed, s->missed_len + len + 1)) == NULL)
-            fatalx("conn: out of memory");
-        memcpy(s->missed + s->missed_len, text, len);
-        s->missed[s->missed_len + len] = '\n';
-        s->missed_len += len + 1;
-        s->nmissed++;
-    }
+    if (conn_gone(s->conn))
+        keep_missed(s, text);
+    if (text != buf)
+        free(text);
+}
+
+void conn_session_missed(struct session *s, const char *fmt, ...)
+{
+    char buf[1024], *text;
+    va_list ap;
+
+    va_start(ap, fmt);
+    text = format_body(buf, sizeof(buf), "*", fmt, ap);
+    va_end(ap);
+    keep_missed(s, text);
     if (text != buf)
         free(text);
 }

@@ -124,6 +124,8 @@ void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(prin
  * (conn_resumed): a LOST must reach the client wherever it comes back.
  */
 void conn_session_event(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Keeps "* text" for the connection that resumes s next, without sending it now. */
+void conn_session_missed(struct session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* c resumed its session: sends it the events kept for it. */
 void conn_resumed(struct conn *c);
 /* 1 when nobody can wait on c any more (it is closing, or sent EOF). */

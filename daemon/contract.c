@@ -1,5 +1,6 @@
 /* contract.c - the one place where C meets the Lua scripts' keys, argument orders and replies. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "contract.h"
@@ -8,6 +9,13 @@
 size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix)
 {
     int n = snprintf(buf, len, "%s{%s}:%c", prefix, name, suffix);
+
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+size_t contract_session_key(char *buf, size_t len, const char *prefix, const char *sid)
+{
+    int n = snprintf(buf, len, "%s{%s}:session", prefix, sid);
 
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
@@ -118,6 +126,14 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
     add(a, wid);
     add(a, hid);
     add(a, check ? "check" : "");
+}
+
+/* adopt.lua: lease, the hids space-separated. */
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids)
+{
+    a->n = 0;
+    add_num(a, lease);
+    add(a, hids);
 }
 
 /* latch.lua: op, n, ttl. */
@@ -251,6 +267,10 @@ static void decode_ok(const redisReply *rep, size_t f, enum op_id op, struct con
         r->state.first = f + 6;
         r->state.nholders = rep->elements > f + 6 ? (int)((rep->elements - f - 6) / 6) : 0;
         break;
+    case OP_ADOPT:
+        r->adopt.rep = rep;
+        r->adopt.first = f;
+        break;
     default:
         break;
     }
@@ -317,6 +337,71 @@ struct contract_holder contract_holder(const struct contract_reply *r, int i)
         .held_ms = redis_elem_int(rep, at + 4),
         .orphaned = redis_elem_int(rep, at + 5) != 0,
     };
+}
+
+/* adopt.lua: token count left of each name. */
+struct contract_adopted contract_adopted(const struct contract_reply *r, int i)
+{
+    const redisReply *rep = r->adopt.rep;
+    size_t at = r->adopt.first + 3 * (size_t)i;
+
+    if (rep == NULL || at + 2 >= rep->elements)
+        return (struct contract_adopted){ .token = "", .left = -1 };
+    return (struct contract_adopted){
+        .token = str_in(rep, at),
+        .count = redis_elem_int(rep, at + 1),
+        .left = redis_elem_int(rep, at + 2),
+    };
+}
+
+/* session.lua get: field value pairs. */
+int contract_record(const redisReply *rep, struct contract_record *rec)
+{
+    *rec = (struct contract_record){ .daemon = "", .client = "", .hash = "", .rep = rep };
+    if (rep == NULL || rep->type != REDIS_REPLY_ARRAY || rep->elements == 0 || rep->elements % 2)
+        return -1;
+    for (size_t i = 0; i < rep->elements; i += 2) {
+        const char *f = str_in(rep, i), *v = str_in(rep, i + 1);
+        if (f[0] == CONTRACT_REC_INDEX)
+            rec->nindex++;
+        else if (strcmp(f, CONTRACT_REC_DAEMON) == 0)
+            rec->daemon = v;
+        else if (strcmp(f, CONTRACT_REC_CLIENT) == 0)
+            rec->client = v;
+        else if (strcmp(f, CONTRACT_REC_HASH) == 0)
+            rec->hash = v;
+        else if (strcmp(f, CONTRACT_REC_TTL) == 0)
+            rec->ttl = strtoll(v, NULL, 10);
+    }
+    return rec->hash[0] && rec->ttl > 0 ? 0 : -1;
+}
+
+int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
+                          size_t namelen, unsigned long long *token)
+{
+    const redisReply *rep = rec->rep;
+
+    for (size_t i = 0; i < rep->elements; i += 2) {
+        const char *f = str_in(rep, i), *sp;
+        if (f[0] != CONTRACT_REC_INDEX || j-- > 0)
+            continue;
+        if ((sp = strchr(f, ' ')) == NULL || (size_t)(sp - f - 1) >= hidlen || strlen(sp + 1) >= namelen ||
+            sp[1] == '\0')
+            return -1;
+        snprintf(hid, hidlen, "%.*s", (int)(sp - f - 1), f + 1);
+        snprintf(name, namelen, "%s", sp + 1);
+        *token = strtoull(str_in(rep, i + 1), NULL, 10);
+        return 0;
+    }
+    return -1;
+}
+
+void contract_record_change(char *buf, size_t len, int add, const char *token, const char *hid, const char *name)
+{
+    if (token)
+        snprintf(buf, len, "=%s %c%s %s", token, CONTRACT_REC_INDEX, hid, name);
+    else
+        snprintf(buf, len, "%c%c%s %s", add ? '+' : '-', CONTRACT_REC_INDEX, hid, name);
 }
 
 /* renew.lua: item-index (counting pairs from 1), member, of each lease gone. */

@@ -26,6 +26,9 @@ struct dlockd;
  */
 size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix);
 
+/* Formats the key of the record of session sid (scripts/session.lua) into buf. Returns its length. */
+size_t contract_session_key(char *buf, size_t len, const char *prefix, const char *sid);
+
 /* --- ARGV of the batch script and of its operations */
 
 #define CONTRACT_HEAD 4 /* the batch's own arguments, before its operations' */
@@ -93,6 +96,8 @@ void contract_unlock_args(struct contract_args *a, const char *who, char mode, i
                           long long count, long long delay, const char *known);
 /* Fills a with the ARGV of a CANCEL (scripts/cancel.lua) of waiter wid for hid; check only confirms a grant. */
 void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check);
+/* Fills a with the ARGV of an ADOPT (scripts/adopt.lua): lease ms, and the hids of its names, space-separated. */
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids);
 /* Fills a with the ARGV of a LATCH (scripts/latch.lua): op create, countdown or read, with n and ttl ms. */
 void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl);
 
@@ -165,6 +170,10 @@ struct contract_reply {
             const redisReply *rep;     /* where they are */
             size_t first;
         } state;                       /* STATUS: OK, what the name is */
+        struct {
+            const redisReply *rep;     /* see contract_adopted */
+            size_t first;
+        } adopt;                       /* ADOPT: OK */
     };
 };
 
@@ -189,6 +198,50 @@ const struct contract_reply *contract_op_reply(const struct contract_batch *b, i
                                                struct contract_reply *r);
 /* Holder i (from 0, below r->state.nholders) of a STATUS reply. */
 struct contract_holder contract_holder(const struct contract_reply *r, int i);
+/* A hold an ADOPT found, valid while its reply is. */
+struct contract_adopted {
+    const char *token;     /* "" when the hold is gone */
+    long long count;
+    long long left;        /* ms to the end of its lease=, -1 without one */
+};
+
+/* The hold of name i (from 0) of an ADOPT reply. */
+struct contract_adopted contract_adopted(const struct contract_reply *r, int i);
+
+/* A session's record, as scripts/session.lua "get" returns it; strings valid while its reply is. */
+struct contract_record {
+    const char *daemon;    /* the daemon that has it */
+    const char *client;    /* client name */
+    const char *hash;      /* SHA-256 of its secret, hex */
+    long long ttl;         /* ms */
+    int nindex;            /* entries: see contract_record_index */
+    const redisReply *rep;
+};
+
+/* Record field names: one letter each; index entries are "i<hid> <name>". */
+#define CONTRACT_REC_DAEMON "d"
+#define CONTRACT_REC_CLIENT "n"
+#define CONTRACT_REC_TTL "t"
+#define CONTRACT_REC_HASH "k"
+#define CONTRACT_REC_PEER "p"
+#define CONTRACT_REC_INDEX 'i'
+
+/* Decodes rep into rec. Returns 0, or -1 when there is no record (or it is malformed). */
+int contract_record(const redisReply *rep, struct contract_record *rec);
+/*
+ * Copies index entry j (from 0, below rec->nindex) of rec: the hold id into
+ * hid, the name into name and the token of its hold (0: not granted when it
+ * was written) into *token. Returns 0, or -1 when it is malformed.
+ */
+int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
+                          size_t namelen, unsigned long long *token);
+/*
+ * Formats a change of an index entry for scripts/session.lua into buf:
+ * added ("+i<hid> <name>"), deleted (token NULL: "-i<hid> <name>") or
+ * granted token ("=<token> i<hid> <name>").
+ */
+void contract_record_change(char *buf, size_t len, int add, const char *token, const char *hid, const char *name);
+
 /*
  * Sets *item to the index (from 0) of the pair of ARGV of the j-th lease
  * (from 0) that a renewal's reply rep reports gone (scripts/renew.lua).

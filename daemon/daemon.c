@@ -1,6 +1,9 @@
 /* daemon.c - builds and frees a whole daemon, and wires its layers: the calls
  * of the lower ones up (hooks.h, the owner of the Redis link) are made here,
  * the only place that knows every layer. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/queue.h>
 
 #include <event2/event.h>
@@ -16,6 +19,7 @@
 #include "hooks.h"
 #include "latch.h"
 #include "log.h"
+#include "record.h"
 #include "redis.h"
 #include "renew.h"
 #include "reqid.h"
@@ -28,6 +32,7 @@ static void session_ending(struct session *s, int expired)
     reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);
     hold_release_session(s, expired);
+    record_delete(s);
 }
 
 static void session_forget(struct session *s)
@@ -40,12 +45,47 @@ static void session_forget(struct session *s)
         hold_remove(s->d, h);
 }
 
+/* A hold of s on name ended here: its record no longer lists it unless a wait may still be granted it. */
+static void hold_ended(struct session *s, const char *hid, const char *name)
+{
+    if (!wait_owner_knows(s->d, s, hid + 1, name, NULL, 0))
+        record_index(s, hid, name, 0);
+}
+
+/* The record of a session said to have moved: another daemon has it (or it
+ * ended there), so it goes from here, holds and record left as they are. */
+static void on_moved(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
+{
+    char *sid = arg;
+    struct session *s = session_find(d, sid);
+
+    if (s && answered && (rec == NULL || strcmp(rec->daemon, d->id) != 0)) {
+        struct conn *c = s->conn;
+        log_info("s%s: session moved to daemon %s", s->id, rec ? rec->daemon : "(ended)");
+        if (c) {
+            conn_session_ended(c, 0);
+            s->conn = NULL;
+            conn_event(c, "BYE reason=moved");
+            conn_close_soon(c, "session moved");
+        }
+        session_drop(s);
+    }
+    free(sid);
+}
+
 static void on_message(struct dlockd *d, int latch, const char *msg)
 {
-    if (latch)
+    char sid[DLOCKD_ID_LEN + 1], *copy;
+
+    if (latch) {
         latch_on_message(d, msg);
-    else
+    } else if (sscanf(msg, "M %16s", sid) == 1) {
+        /* Anyone may publish: the record says whether the session moved. */
+        if (session_find(d, sid) && (copy = strdup(sid)) != NULL && record_fetch(d, sid, on_moved, copy))
+            free(copy);
+    } else {
         wait_on_message(d, msg);
+    }
 }
 
 static const struct hooks hooks = {
@@ -57,6 +97,7 @@ static const struct hooks hooks = {
     .answered = reqid_answered,
     .dropped = reqid_dropped,
     .script = batch_op,
+    .hold_ended = hold_ended,
 };
 
 static const struct redis_owner redis_owner = {
@@ -91,6 +132,7 @@ void daemon_free(struct dlockd *d)
     session_free_all(d);
     wait_free_all(d);
     latch_free_all(d);
+    record_free_all(d);
     redis_free(d->redis);
     if (d->watchdog)
         event_free(d->watchdog);

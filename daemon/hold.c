@@ -67,13 +67,30 @@ static void drop(struct dlockd *d, struct hold *h, int64_t delay)
     hold_release(d, name, hid, token, 1, 0, delay);
 }
 
+/* Forgets h here, then lets the session's record forget it. */
+static void forget(struct dlockd *d, struct hold *h)
+{
+    struct session *s = h->s;
+    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1];
+
+    snprintf(name, sizeof(name), "%s", h->ln->name);
+    snprintf(hid, sizeof(hid), "%s", h->hid);
+    hold_remove(d, h);
+    d->hooks->hold_ended(s, hid, name);
+}
+
 static void on_lease_end(struct deadline *dl)
 {
     struct hold *h = container_of(dl, struct hold_lease, dl)->h;
+    struct session *s = h->s;
+    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1];
 
-    conn_session_event(h->s, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
-    log_debug("s%s: lease of '%s' ended", h->s->id, h->ln->name);
-    drop(h->s->d, h, 0);
+    conn_session_event(s, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
+    log_debug("s%s: lease of '%s' ended", s->id, h->ln->name);
+    snprintf(name, sizeof(name), "%s", h->ln->name);
+    snprintf(hid, sizeof(hid), "%s", h->hid);
+    drop(s->d, h, 0);
+    s->d->hooks->hold_ended(s, hid, name);
 }
 
 static struct lname *name_get(struct dlockd *d, const char *name)
@@ -125,7 +142,7 @@ void hold_count(struct dlockd *d, const char *name, const char *hid, long long c
     if (count > 0)
         h->count = count;
     else
-        hold_remove(d, h);
+        forget(d, h);
 }
 
 void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *token, const char *reason)
@@ -137,7 +154,7 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
     d->stats.lost++;
     log_info("s%s: lost '%s' token=%llu (%s)", h->s->id, name, h->token, reason);
     conn_session_event(h->s, "LOST %s token=%llu reason=%s", name, h->token, reason);
-    hold_remove(d, h);
+    forget(d, h);
 }
 
 /* A release answers nobody: what it hands on goes out with its batch's grants. */

@@ -21,6 +21,7 @@ struct hooks {
     void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
     int (*script)(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
                   const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
+    void (*hold_ended)(struct session *s, const char *hid, const char *name); /* a hold here ended: unindex it */
 };
 
 #endif

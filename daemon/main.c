@@ -19,6 +19,7 @@
 #include "server.h"
 
 #define SHUTDOWN_FLUSH_MS 200 /* time to write * BYE before closing */
+#define SHUTDOWN_RETRY "1000" /* ms after which a client may try this address again (systemd restarts it) */
 
 struct args {
     const char *file; /* config file, or NULL */
@@ -53,7 +54,8 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
     log_info("signal %d: shutting down", (int)sig);
     notify("STOPPING=1\nSTATUS=shutting down");
     server_close(d);
-    conn_broadcast(d, "BYE reason=shutdown");
+    /* Holds and session records stay in Redis: the client resumes here once restarted, or elsewhere. */
+    conn_broadcast(d, "BYE reason=shutdown retry=" SHUTDOWN_RETRY);
     event_base_loopexit(d->base, &flush);
 }
 

@@ -14,6 +14,7 @@
 #include "hold.h"
 #include "wait.h"
 #include "log.h"
+#include "record.h"
 #include "redis.h"
 #include "renew.h"
 #include "session.h"
@@ -200,11 +201,15 @@ static int add_name(const char *name, void *val, void *arg)
     TAILQ_FOREACH(h, &ln->holds, in_name) {
         char lease[24], token[TOKEN_MAX];
         snprintf(token, sizeof(token), "%llu", h->token);
-        /* A hold with lease= is extended to its end, not beyond. */
+        /* A hold with lease= is extended to its end, not beyond; a hold of a
+         * session that can be resumed, for as long as the session may live. */
         if (h->lease && (int64_t)(h->lease->dl.when - now) < cy->d->cfg.lock_lease) {
             if (h->lease->dl.when <= now)
                 continue;
             snprintf(lease, sizeof(lease), "%lld", (long long)(h->lease->dl.when - now));
+            add(cy, name, "", h->hid, lease, token);
+        } else if (h->s->has_secret && (int64_t)(h->s->last_seen + (uint64_t)h->s->ttl - now) > cy->d->cfg.lock_lease) {
+            snprintf(lease, sizeof(lease), "%lld", (long long)(h->s->last_seen + (uint64_t)h->s->ttl - now));
             add(cy, name, "", h->hid, lease, token);
         } else {
             add(cy, name, "", h->hid, cy->lease, token);
@@ -267,6 +272,7 @@ void renew_now(struct dlockd *d)
     *cy = (struct cycle){ .d = d, .running = 1, .table = d->names };
     snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
     redis_renewing(d->redis);
+    record_renew(d);
     fill(cy);
 }
 

@@ -5,12 +5,14 @@
 enum script_id {
     SCRIPT_BATCH, /* a function library: runs operations on names, see scripts/common.lua */
     SCRIPT_RENEW,
+    SCRIPT_SESSION, /* session records: scripts/session.lua */
     SCRIPT_COUNT
 };
 
 /* The operations of the batch script, one file each in scripts/. */
 enum op_id {
     OP_ACQUIRE,
+    OP_ADOPT,
     OP_CANCEL,
     OP_LATCH,
     OP_LOCK,

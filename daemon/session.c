@@ -34,16 +34,14 @@ int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl)
     return ttl;
 }
 
-struct session *session_new(struct dlockd *d, const char *name, int64_t ttl)
+/* A session with no id yet, not in d->sessions. */
+static struct session *session_alloc(struct dlockd *d, const char *name, int64_t ttl)
 {
     struct session *s = calloc(1, sizeof(*s));
 
     if (s == NULL)
         fatalx("session: out of memory");
     s->d = d;
-    do
-        dlockd_random_id(s->id);
-    while (dict_get(d->sessions, s->id));
     session_set_name(s, name);
     s->ttl = session_clamp_ttl(d, ttl);
     s->last_seen = now_ms();
@@ -51,8 +49,64 @@ struct session *session_new(struct dlockd *d, const char *name, int64_t ttl)
     TAILQ_INIT(&s->waits);
     TAILQ_INIT(&s->idlist);
     deadline_init(&s->expiry, on_expiry);
-    deadline_arm(d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
-    dict_set(d->sessions, s->id, s);
+    return s;
+}
+
+static void session_add(struct session *s)
+{
+    deadline_arm(s->d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
+    dict_set(s->d->sessions, s->id, s);
+}
+
+struct session *session_new(struct dlockd *d, const char *name, int64_t ttl)
+{
+    struct session *s = session_alloc(d, name, ttl);
+
+    do
+        dlockd_random_id(s->id);
+    while (dict_get(d->sessions, s->id));
+    session_add(s);
+    return s;
+}
+
+static void hash_secret(const char *secret, unsigned char out[SESSION_HASH_LEN]);
+
+static int unhex(const char *hex, unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (unsigned char)v;
+    }
+    return hex[2 * n] == '\0' ? 0 : -1;
+}
+
+int session_secret_matches(const char *secret, const char *hash)
+{
+    unsigned char want[SESSION_HASH_LEN], got[SESSION_HASH_LEN];
+
+    hash_secret(secret, got);
+    return strlen(hash) == 2 * SESSION_HASH_LEN && unhex(hash, want, SESSION_HASH_LEN) == 0 &&
+           memeql_sec(want, got, sizeof(want));
+}
+
+struct session *session_resume(struct dlockd *d, const char *id, const char *name, int64_t ttl, const char *hash)
+{
+    struct session *s;
+
+    if (strlen(id) != DLOCKD_ID_LEN || dict_get(d->sessions, id) || strlen(hash) != 2 * SESSION_HASH_LEN)
+        return NULL;
+    s = session_alloc(d, name, ttl);
+    if (unhex(hash, s->secret_hash, SESSION_HASH_LEN)) {
+        free(s->name);
+        free(s);
+        return NULL;
+    }
+    memcpy(s->id, id, DLOCKD_ID_LEN + 1);
+    s->has_secret = 1;
+    s->hello = 1;
+    session_add(s);
     return s;
 }
 
@@ -124,6 +178,11 @@ static int forget(const char *key, void *val, void *arg)
     free(s->name);
     free(s);
     return 0;
+}
+
+void session_drop(struct session *s)
+{
+    forget(s->id, s, NULL);
 }
 
 void session_free_all(struct dlockd *d)

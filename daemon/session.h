@@ -46,6 +46,16 @@ struct session {
 struct session *session_new(struct dlockd *d, const char *name, int64_t ttl);
 struct session *session_find(struct dlockd *d, const char *id);
 /*
+ * A session resumed from its record in Redis: id, name, ttl and the hash
+ * of its secret as the record has them (hash: hex), not attached. NULL when
+ * the hash is malformed or a session with that id is here already.
+ */
+struct session *session_resume(struct dlockd *d, const char *id, const char *name, int64_t ttl, const char *hash);
+/* 1 when secret hashes to hash (hex), compared in constant time. */
+int session_secret_matches(const char *secret, const char *hash);
+/* Frees s here only, leaving its holds and record in Redis (it moved to another daemon). */
+void session_drop(struct session *s);
+/*
  * The live session id when secret is its secret (compared in constant time,
  * after hashing whatever the answer will be), else NULL.
  */

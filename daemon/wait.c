@@ -13,6 +13,7 @@
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
+#include "record.h"
 #include "redis.h"
 #include "session.h"
 #include "wait.h"
@@ -104,6 +105,10 @@ static void wait_free(struct wait *w)
     struct dlockd *d = w->d;
 
     dict_del(d->waits, w->wid);
+    /* Names it was not granted leave the session's record, unless something else keeps them. */
+    for (int i = 0; w->s && i < w->nnames; i++)
+        if (!wait_owner_knows(d, w->s, w->hid + 1, w->names[i], w, 0))
+            record_index(w->s, w->hid, w->names[i], 0);
     wait_detach(w);
     d->nwaiting -= w->wait_ms != 0;
     if (w->req)
@@ -134,6 +139,16 @@ static int split(char *s, char **out, int max)
     return n;
 }
 
+/* Records the hold of name that w's grant gives s; a new one goes into the session's record with its token. */
+static void grant_held(struct session *s, const struct wait *w, const char *name, const char *token, long long count)
+{
+    const struct hold *h = hold_find(w->d, name, w->hid);
+
+    if (h == NULL || h->token != strtoull(token, NULL, 10))
+        record_granted(s, w->hid, name, token);
+    hold_set(s, name, w->hid, token, count, w->lease);
+}
+
 /* Answers w's request with its grant g, or undoes the grant if nobody waits. */
 static void wait_granted(struct wait *w, const struct contract_grant *g)
 {
@@ -157,7 +172,7 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         if (r == NULL || r->c == NULL || s == NULL)
             hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
-            hold_set(s, w->names[i], w->hid, tok[i], atoll(cnt[i]), w->lease);
+            grant_held(s, w, w->names[i], tok[i], atoll(cnt[i]));
     }
     if (r == NULL || r->c == NULL || s == NULL) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
@@ -543,8 +558,12 @@ void wait_submit(struct wait *w)
     wait_number(w);
     wid = wid_copy(w);
     l.wid = w->wid;
-    for (int i = 0; i < w->nnames; i++)
+    for (int i = 0; i < w->nnames; i++) {
         known[i] = owner_known(w, w->names[i]) ? '1' : '0';
+        /* In the record before Redis can grant it (record_flush runs before the batch). */
+        if (known[i] == '0' && w->s)
+            record_index(w->s, w->hid, w->names[i], 1);
+    }
     known[w->nnames] = '\0';
     if (w->kind == WAIT_SEM)
         contract_acquire_args(&args, &l);

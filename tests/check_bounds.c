@@ -311,8 +311,9 @@ START_TEST(test_latch_ttl_cap)
 }
 END_TEST
 
-/* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease and
- * a margin later nothing is left of its holds, waiters, semaphore and latch. */
+/* 5: every key a daemon writes expires by itself: after a SIGKILL, a lease (or
+ * the sessions' ttl, when longer) and a margin later nothing is left of its
+ * holds, waiters, semaphore, latch and session records. */
 START_TEST(test_keys_expire)
 {
     struct h_conn *a, *b;
@@ -321,8 +322,8 @@ START_TEST(test_keys_expire)
     int n;
 
     D = h_dlockd_start(R->port, H_ARGS("--lock-lease", "1s"));
-    a = H_CLIENT(D, "name=a ttl=60s");
-    b = H_CLIENT(D, "name=b ttl=60s");
+    a = H_CLIENT(D, "name=a ttl=2s");
+    b = H_CLIENT(D, "name=b ttl=2s");
     H_LOCK_NEW(a, "k1");
     H_REQ(a, "OK tokens=%d,%d counts=1,1", "LOCK k2 k3 shared");
     H_REQ(a, "OK token=%d held=2 free=0", "ACQUIRE sem limit=2 permits=2");
@@ -346,8 +347,8 @@ START_TEST(test_keys_expire)
         h_sleep_ms(50);
     }
     ck_assert_msg(gone >= 0, "keys left 10 s after the kill: %s", left);
-    printf("bounds: keys gone %lld ms after the kill (lock-lease 1s)\n", (long long)gone);
-    ck_assert_msg(gone <= 1000 + 1000 + 1500, "keys gone only %lld ms after the kill", (long long)gone);
+    printf("bounds: keys gone %lld ms after the kill (lock-lease 1s, ttl 2s)\n", (long long)gone);
+    ck_assert_msg(gone <= 2000 + 1000 + 1500, "keys gone only %lld ms after the kill", (long long)gone);
 }
 END_TEST
 
@@ -398,8 +399,8 @@ START_TEST(test_backend_error_changes_nothing)
     const char *r;
 
     D = h_dlockd_start(R->port, H_ARGS("--backend-timeout", "500ms"));
-    a = H_CLIENT(D, "name=a ttl=60s");
-    b = H_CLIENT(D, "name=b ttl=60s");
+    a = H_CLIENT(D, "name=a ttl=2s");
+    b = H_CLIENT(D, "name=b ttl=2s");
     token = H_LOCK_NEW(a, "dl");
     ck_assert_int_eq(h_send(b, "#b LOCK dl wait=inf"), 0);
     ck_assert(h_wait_waiters(a, "dl", 1, 5000));

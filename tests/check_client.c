@@ -847,7 +847,7 @@ END_TEST
 START_TEST(test_session_gone_reports_every_hold_lost)
 {
     dlock_t *h = connect_to(D, 10000, NULL);
-    char sid[32], sid2[32];
+    char sid[32], sid2[32], key[64];
     int i;
 
     ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
@@ -856,8 +856,11 @@ START_TEST(test_session_gone_reports_every_hold_lost)
     ck_assert_int_eq(dlock_lock_ex(h, (const char *[]){"g-o"}, 1, 0, 0, 0, "someone", NULL), 0);
     ck_assert_int_eq(dlock_acquire(h, "g-p", 3, 1, 0, NULL), 0);
 
-    /* The daemon dies and comes back: the session is unknown there (ERR NOSESSION). */
+    /* The daemon dies, its session's record with it, and it comes back: the session is unknown
+     * there (ERR NOSESSION). */
     h_dlockd_kill(D);
+    snprintf(key, sizeof key, "dlock:{%s}:session", sid);
+    ck_assert_int_eq(h_redis_int(R->port, "DEL", key, NULL), 1);
     h_dlockd_restart(D);
     for (const char *const *n = (const char *const[]){"g-x", "g-s", "g-o", "g-p", NULL}; *n; n++) {
         i = wait_event(DLOCK_EVENT_LOST, *n, 10000);

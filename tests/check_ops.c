@@ -441,9 +441,9 @@ START_TEST(test_sigterm)
     h_dlockd_stop(d); /* fails unless it exits 0 */
     stopped = h_now_ms();
     ck_assert_msg(stopped - t0 <= 1500, "exited %lld ms after SIGTERM", (long long)(stopped - t0));
-    H_EVENT(a, "* BYE reason=shutdown", 1000);
+    H_EVENT(a, "* BYE reason=shutdown retry=1000", 1000);
     H_EOF(a, 1000);
-    H_EVENT(b, "* BYE reason=shutdown", 1000);
+    H_EVENT(b, "* BYE reason=shutdown retry=1000", 1000);
     H_EOF(b, 1000);
 
     /* The hold stays in Redis until its lease runs out. */

@@ -1,0 +1,240 @@
+/* record.c - a session's record in Redis (scripts/session.lua): written at
+ * HELLO, claimed by the daemon the session resumes on, indexed with the names
+ * it may hold, kept alive by the renewal, deleted when the session ends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "dict.h"
+#include "hold.h"
+#include "log.h"
+#include "record.h"
+#include "redis.h"
+#include "session.h"
+
+#define RECORD_MARGIN_MS 1000 /* a record outlives the holds it lists by this much */
+#define TOUCH_BATCH 200       /* records per renewal call */
+
+/* Index changes not sent yet: key, field, key, field, ... */
+static struct {
+    struct dlockd *d;
+    struct event *flush;
+    char **v;
+    int n, cap;
+} pend;
+
+static void on_done(struct dlockd *d, redisReply *rep, void *arg)
+{
+    (void)d;
+    (void)arg;
+    if (rep == NULL)
+        log_debug("record: a change of session records not confirmed");
+}
+
+static void session_key(char *buf, size_t len, const struct session *s)
+{
+    contract_session_key(buf, len, s->d->cfg.key_prefix, s->id);
+}
+
+/* How long s's record lives unrenewed: as long as its holds, and its ttl at least. */
+static long long expiry_ms(const struct session *s)
+{
+    long long left = (long long)(s->last_seen + (uint64_t)s->ttl) - (long long)now_ms();
+
+    return (left > s->d->cfg.lock_lease ? left : s->d->cfg.lock_lease) + RECORD_MARGIN_MS;
+}
+
+void record_put(struct session *s, const char *peer)
+{
+    struct dlockd *d = s->d;
+    char key[CONTRACT_KEY_MAX], ms[24], ttl[24], hash[2 * SESSION_HASH_LEN + 1];
+    const char *argv[] = { key, "put", d->cfg.key_prefix, s->id, ms,
+                           CONTRACT_REC_DAEMON, d->id, CONTRACT_REC_CLIENT, s->name, CONTRACT_REC_TTL, ttl,
+                           CONTRACT_REC_HASH, hash, CONTRACT_REC_PEER, peer };
+
+    session_key(key, sizeof(key), s);
+    snprintf(ms, sizeof(ms), "%lld", expiry_ms(s));
+    snprintf(ttl, sizeof(ttl), "%lld", (long long)s->ttl);
+    for (int i = 0; i < SESSION_HASH_LEN; i++)
+        snprintf(hash + 2 * i, 3, "%02x", s->secret_hash[i]);
+    if (redis_script(d->redis, SCRIPT_SESSION, 1, (int)(sizeof(argv) / sizeof(argv[0])), argv, on_done, NULL,
+                     NULL))
+        log_debug("record: s%s not written: no link", s->id);
+}
+
+struct fetch {
+    record_cb *cb;
+    void *arg;
+};
+
+static void on_fetched(struct dlockd *d, redisReply *rep, void *arg)
+{
+    struct fetch f = *(struct fetch *)arg;
+    struct contract_record rec;
+
+    free(arg);
+    if (rep == NULL)
+        f.cb(d, NULL, 0, f.arg);
+    else
+        f.cb(d, contract_record(rep, &rec) == 0 ? &rec : NULL, 1, f.arg);
+}
+
+int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg)
+{
+    char key[CONTRACT_KEY_MAX];
+    const char *argv[] = { key, "get" };
+    struct fetch *f = malloc(sizeof(*f));
+
+    if (f == NULL)
+        fatalx("record: out of memory");
+    *f = (struct fetch){ cb, arg };
+    contract_session_key(key, sizeof(key), d->cfg.key_prefix, sid);
+    if (redis_script(d->redis, SCRIPT_SESSION, 1, 2, argv, on_fetched, NULL, f)) {
+        free(f);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    record_flush(arg);
+}
+
+static void change(struct session *s, int add, const char *token, const char *hid, const char *name)
+{
+    char key[CONTRACT_KEY_MAX], field[CONTRACT_KEY_MAX + HID_MAX + 32];
+
+    if (!s->has_secret)
+        return;
+    if (pend.flush == NULL) {
+        pend.d = s->d;
+        if ((pend.flush = event_new(s->d->base, -1, 0, on_flush, s->d)) == NULL)
+            fatalx("record: out of memory");
+    }
+    if (pend.n + 2 > pend.cap) {
+        pend.cap = pend.cap ? 2 * pend.cap : 64;
+        if ((pend.v = realloc(pend.v, (size_t)pend.cap * sizeof(*pend.v))) == NULL)
+            fatalx("record: out of memory");
+    }
+    session_key(key, sizeof(key), s);
+    contract_record_change(field, sizeof(field), add, token, hid, name);
+    if ((pend.v[pend.n] = strdup(key)) == NULL || (pend.v[pend.n + 1] = strdup(field)) == NULL)
+        fatalx("record: out of memory");
+    pend.n += 2;
+    event_active(pend.flush, EV_TIMEOUT, 0);
+}
+
+void record_index(struct session *s, const char *hid, const char *name, int add)
+{
+    change(s, add, NULL, hid, name);
+}
+
+void record_granted(struct session *s, const char *hid, const char *name, const char *token)
+{
+    change(s, 1, token, hid, name);
+}
+
+static void drop_pending(void)
+{
+    for (int i = 0; i < pend.n; i++)
+        free(pend.v[i]);
+    pend.n = 0;
+}
+
+/* KEYS: one record per change; ARGV: "index", then "1" and the change, for each. */
+void record_flush(struct dlockd *d)
+{
+    int nkeys = pend.n / 2, argc = 1 + pend.n;
+    const char **argv;
+
+    if (pend.n == 0)
+        return;
+    if ((argv = malloc((size_t)(nkeys + argc) * sizeof(*argv))) == NULL)
+        fatalx("record: out of memory");
+    for (int i = 0; i < nkeys; i++) {
+        argv[i] = pend.v[2 * i];
+        argv[nkeys + 1 + 2 * i] = "1";
+        argv[nkeys + 2 + 2 * i] = pend.v[2 * i + 1];
+    }
+    argv[nkeys] = "index";
+    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, nkeys + argc, argv, on_done, NULL, NULL))
+        log_debug("record: %d index changes not sent: no link", nkeys);
+    free(argv);
+    drop_pending();
+}
+
+void record_delete(struct session *s)
+{
+    char key[CONTRACT_KEY_MAX];
+    const char *argv[] = { key, "del" };
+
+    if (!s->has_secret)
+        return;
+    session_key(key, sizeof(key), s);
+    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 2, argv, on_done, NULL, NULL))
+        log_debug("record: s%s left to expire: no link", s->id);
+}
+
+/* A renewal call being filled: keys, then "touch", then their expiries. */
+struct touch {
+    int n;
+    char keys[TOUCH_BATCH][CONTRACT_KEY_MAX];
+    char ms[TOUCH_BATCH][24];
+};
+
+static void touch_send(struct dlockd *d, struct touch *t)
+{
+    const char *argv[2 * TOUCH_BATCH + 1];
+
+    if (t->n == 0)
+        return;
+    for (int i = 0; i < t->n; i++) {
+        argv[i] = t->keys[i];
+        argv[t->n + 1 + i] = t->ms[i];
+    }
+    argv[t->n] = "touch";
+    if (redis_script(d->redis, SCRIPT_SESSION, t->n, 2 * t->n + 1, argv, on_done, NULL, NULL))
+        log_debug("record: %d records not renewed: no link", t->n);
+    t->n = 0;
+}
+
+static int touch_one(const char *key, void *val, void *arg)
+{
+    struct session *s = val;
+    struct touch *t = arg;
+
+    (void)key;
+    if (!s->has_secret)
+        return 0;
+    session_key(t->keys[t->n], sizeof(t->keys[t->n]), s);
+    snprintf(t->ms[t->n], sizeof(t->ms[t->n]), "%lld", expiry_ms(s));
+    if (++t->n == TOUCH_BATCH)
+        touch_send(s->d, t);
+    return 0;
+}
+
+void record_renew(struct dlockd *d)
+{
+    struct touch *t = calloc(1, sizeof(*t));
+
+    if (t == NULL)
+        fatalx("record: out of memory");
+    dict_each(d->sessions, touch_one, t);
+    touch_send(d, t);
+    free(t);
+}
+
+void record_free_all(struct dlockd *d)
+{
+    (void)d;
+    drop_pending();
+    free(pend.v);
+    if (pend.flush)
+        event_free(pend.flush);
+    memset(&pend, 0, sizeof(pend));
+}

@@ -1,0 +1,38 @@
+/* record.h - a session's record in Redis, so that any daemon sharing the Redis can resume it. */
+#ifndef DLOCKD_RECORD_H
+#define DLOCKD_RECORD_H
+
+#include "contract.h"
+
+struct dlockd;
+struct session;
+
+/* What record_fetch found: rec is NULL when there is no record, or Redis did not answer (rep NULL). */
+typedef void record_cb(struct dlockd *d, const struct contract_record *rec, int answered, void *arg);
+
+/*
+ * Writes s's record (daemon, client name, ttl, hash of its secret, peer)
+ * and makes it this daemon's: a daemon that had it before is told to let
+ * go. For a session with a secret only.
+ */
+void record_put(struct session *s, const char *peer);
+/* Reads the record of session sid; cb is called once, never before this returns. Returns 0, or -1 (no link). */
+int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg);
+/*
+ * Notes that s may hold hid on name (add) or no longer does: sent with
+ * the next call of the batch script, before it (record_flush), so that a
+ * hold is in the record before Redis can grant it.
+ */
+void record_index(struct session *s, const char *hid, const char *name, int add);
+/* Notes the token of a hold granted to s, so that a resume elsewhere can report it lost. */
+void record_granted(struct session *s, const char *hid, const char *name, const char *token);
+/* Sends the index changes noted since the last call, in one call. */
+void record_flush(struct dlockd *d);
+/* Deletes s's record: the session ended. */
+void record_delete(struct session *s);
+/* Moves on the expiry of the records of every session here with a secret (the renewal's cycle). */
+void record_renew(struct dlockd *d);
+/* Drops the index changes not sent (shutdown). */
+void record_free_all(struct dlockd *d);
+
+#endif

@@ -1,0 +1,66 @@
+-- standalone
+-- session.lua: the records of sessions, so that any daemon sharing the Redis
+-- can resume one. A record is a hash: d daemon id, n client name, t ttl (ms),
+-- k SHA-256 of the secret (hex), p peer, and one field "i<hid> <name>" per
+-- hold or wait the session may have, whose value is the token of its hold
+-- (0 before the grant). It expires by itself unless renewed.
+-- ARGV[1] is the operation:
+--   put      KEYS[1]; ARGV prefix, sid, expiry (ms), then field value pairs.
+--            Sets them (d among them); when the record named another daemon,
+--            that one is told "M sid" on its channel. Returns that daemon or "".
+--   get      KEYS[1]: the record as field value pairs, {} when there is none.
+--   index    KEYS: records; ARGV for each: count, then that many changes:
+--            "+field" (added, value 0), "=token field" (its hold was granted
+--            that token) or "-field" (deleted). A record that is gone stays
+--            gone.
+--   touch    KEYS: records; ARGV: the expiry (ms) of each.
+--   del      KEYS[1]: deletes it.
+local op = ARGV[1]
+
+if op == 'put' then
+    local key, prefix, sid, ms = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
+    local old = redis.call('HGET', key, 'd') or ''
+    local fields = {}
+    for i = 5, #ARGV do
+        fields[#fields + 1] = ARGV[i]
+    end
+    redis.call('HSET', key, unpack(fields))
+    redis.call('PEXPIRE', key, ms)
+    local now = redis.call('HGET', key, 'd')
+    if old ~= '' and old ~= now then
+        redis.call('PUBLISH', prefix .. old, 'M ' .. sid)
+        return old
+    end
+    return ''
+elseif op == 'get' then
+    return redis.call('HGETALL', KEYS[1])
+elseif op == 'index' then
+    local a = 2
+    for _, key in ipairs(KEYS) do
+        local n = tonumber(ARGV[a])
+        local live = redis.call('EXISTS', key) == 1
+        for j = a + 1, a + n do
+            local f = ARGV[j]
+            if not live then
+                break
+            elseif string.sub(f, 1, 1) == '+' then
+                redis.call('HSET', key, string.sub(f, 2), '0')
+            elseif string.sub(f, 1, 1) == '=' then
+                local token, field = string.match(f, '^=(%d+) (.*)$')
+                redis.call('HSET', key, field, token)
+            else
+                redis.call('HDEL', key, string.sub(f, 2))
+            end
+        end
+        a = a + n + 1
+    end
+    return 0
+elseif op == 'touch' then
+    for i, key in ipairs(KEYS) do
+        redis.call('PEXPIRE', key, ARGV[i + 1])
+    end
+    return 0
+elseif op == 'del' then
+    return redis.call('DEL', KEYS[1])
+end
+return redis.error_reply('session.lua: unknown operation ' .. tostring(op))

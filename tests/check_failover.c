@@ -1,0 +1,143 @@
+/* check_failover.c - sessions that outlive their daemon: resumed on another dlockd sharing the
+ * Redis (its holds kept and renewed there, the old connection told * BYE reason=moved), after a
+ * kill -9, and across a SIGTERM and restart; forged or wrong resumes refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+static const char *const LEASE_2S[] = { "--lock-lease", "2s", NULL };
+
+/* Resumes the session of c (id and secret) on a new connection to d; returns it. */
+static struct h_conn *resume_on(struct h_dlockd *d, const struct h_conn *c)
+{
+    struct h_conn *n = H_CONNECT(d->port);
+    char pat[200];
+
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1 lease=%%d",
+             c->session, c->secret);
+    H_REQ(n, pat, "HELLO session=%s secret=%s", c->session, c->secret);
+    return n;
+}
+
+START_TEST(test_resume_on_other_daemon)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=10s"), *b = H_CLIENT(d2, "name=bob"), *a2;
+    long long t = H_LOCK_NEW(a, "m");
+    char pat[100];
+
+    H_REQ(a, "OK token=%d held=1 free=1", "ACQUIRE sm limit=2");
+    a2 = resume_on(d2, a);
+    H_EVENT(a, "* BYE reason=moved", 3000);
+    ck_assert(h_wait_eof(a, 3000));
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a2, pat, "LOCK m"); /* the same hold, now the second daemon's */
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK m");
+    H_REQ(b, "BUSY free=1", "ACQUIRE sm limit=2 permits=2");
+    H_REQ(a2, "OK count=0", "UNLOCK m all");
+    H_REQ(a2, "OK held=0 free=2", "RELEASE sm");
+    ck_assert_int_gt(H_LOCK_NEW(b, "m"), t);
+}
+END_TEST
+
+/* kill -9 of the daemon a session is on: resumed on the other one within the lease, its hold
+ * is renewed there (for two leases nobody else gets it), then released at QUIT. */
+START_TEST(test_resume_after_kill)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, LEASE_2S), *d2 = h_dlockd_start(R->port, LEASE_2S);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=10s"), *b = H_CLIENT(d2, "name=bob"), *a2;
+    long long t = H_LOCK_NEW(a, "k");
+
+    h_dlockd_kill(d1);
+    a2 = resume_on(d2, a);
+    for (int i = 0; i < 4; i++) {
+        h_sleep_ms(1000); /* 4 s: two leases of 2 s */
+        H_REQ(a2, "OK", "PING");
+        H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK k");
+    }
+    H_REQ(a2, "OK", "QUIT");
+    ck_assert_int_gt(H_LOCK_NEW(b, "k"), t);
+}
+END_TEST
+
+/* SIGTERM: * BYE reason=shutdown with a retry hint, the hold stays taken; the restarted daemon
+ * gives it back to the session when it resumes. */
+START_TEST(test_resume_after_restart)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=10s"), *b, *a2;
+    long long t = H_LOCK_NEW(a, "r");
+    char pat[100];
+
+    h_dlockd_stop(D);
+    H_EVENT(a, "* BYE reason=shutdown retry=%d", 3000);
+    h_dlockd_restart(D);
+    b = H_CLIENT(D, "name=bob");
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK r");
+    a2 = resume_on(D, a);
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a2, pat, "LOCK r");
+    H_REQ(a2, "OK count=0", "UNLOCK r all");
+    ck_assert_int_gt(H_LOCK_NEW(b, "r"), t);
+}
+END_TEST
+
+/* A wrong secret, or a session id no daemon has, is ERR NOSESSION on the other daemon too. */
+START_TEST(test_resume_refused)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *x = H_CONNECT(d2->port);
+
+    H_LOCK_NEW(a, "w");
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%s secret=00000000000000000000000000000000", a->session);
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=0123456789abcdef secret=%s", a->secret);
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%s", a->session);
+    H_REQ(a, "OK", "PING"); /* untouched */
+    H_REQ(x, "BUSY holder=alice ttl=%d", "LOCK w");
+}
+END_TEST
+
+/* Anyone may PUBLISH on a daemon's channel: a forged "M <session>" moves nothing. */
+START_TEST(test_forged_move)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob");
+    const char *info = H_REQ(b, "OK {%*}", "INFO");
+    char id[64], channel[100], msg[100];
+    const char *p = strstr(info, "\"id\":\"");
+
+    ck_assert_ptr_nonnull(p);
+    snprintf(id, sizeof id, "%.16s", p + 6);
+    H_LOCK_NEW(a, "f");
+    snprintf(channel, sizeof channel, "dlock:%s", id);
+    snprintf(msg, sizeof msg, "M %s", a->session);
+    ck_assert_int_eq(h_redis_int(R->port, "PUBLISH", channel, msg, NULL), 1);
+    h_sleep_ms(300);
+    H_REQ(a, "OK", "PING");
+    ck_assert_ptr_null(h_event(a, "* BYE %*", 200));
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK f");
+}
+END_TEST
+
+static Suite *failover_suite(void)
+{
+    Suite *s = suite_create("failover");
+    TCase *tc = tcase_create("failover");
+
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_resume_on_other_daemon);
+    tcase_add_test(tc, test_resume_after_kill);
+    tcase_add_test(tc, test_resume_after_restart);
+    tcase_add_test(tc, test_resume_refused);
+    tcase_add_test(tc, test_forged_move);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return h_run_suite(failover_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
