@@ -362,7 +362,8 @@ else
     fail "make install DESTDIR=... (see $tmp/install.log)"
 fi
 pc=$(find "$inst" -name libdlock.pc | head -1)
-for f in dlock.h libdlock.so bin/dlock sbin/dlockd man1/dlock.1 man3/libdlock.3 man5/dlockd.conf.5 man8/dlockd.8; do
+for f in dlock.h libdlock.so bin/dlock sbin/dlockd man1/dlock.1 man3/libdlock.3 man5/dlockd.conf.5 man8/dlockd.8 \
+    doc/dlockd/PROTOCOL.md; do
     check "installed: $f" sh -c "find '$inst' -path '*/$f' | grep -q ."
 done
 check "installed: libdlock.pc" test -n "$pc"
