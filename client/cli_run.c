@@ -135,14 +135,15 @@ static void *locker_main(void *arg)
     struct run *r = arg;
     long long wait_ms = r->c->wait_ms, t0 = now_ms();
 
-    if (r->c->verbose && wait_ms != 0 && (r->rc = take(r, 0)) == DLOCK_ERR_BUSY) {
+    r->rc = take(r, r->c->verbose ? 0 : wait_ms);
+    if (r->c->verbose && r->rc == DLOCK_ERR_BUSY) {
         cli_tell_holders(r->c, r->h, r->names, r->n);
         if (wait_ms > 0)
             wait_ms = wait_ms > now_ms() - t0 ? wait_ms - (now_ms() - t0) : 0;
-        r->waited = 1;
-        r->rc = take(r, wait_ms);
-    } else if (!r->c->verbose || wait_ms == 0) {
-        r->rc = take(r, wait_ms);
+        if (wait_ms != 0) {
+            r->waited = 1;
+            r->rc = take(r, wait_ms);
+        }
     }
     send_note(r->notes[1], 'G', NULL);
     return NULL;

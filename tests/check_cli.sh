@@ -200,6 +200,13 @@ check "once: no polling" test "$(grep -c 'held by' "$tmp/err")" -eq 1
 check "and when it is granted" grep -q "^dlock: vb: granted\$" "$tmp/err"
 "$DLOCK" run --verbose vb -- true 2>"$tmp/err"
 check "nothing to tell when it is free" test ! -s "$tmp/err"
+spawn "$DLOCK" --name vholder2 run vb -- sleep 2
+holder=$!
+wait_until 5000 held vb
+"$DLOCK" run -v -n vb -- true 2>"$tmp/err"; status_is "run -v -n on a taken lock" 75 $?
+check "tells who holds it, then gives up" sh -c "grep -q 'vb: held by vholder2 (session' '$tmp/err' && \
+    grep -q 'vb: not granted within the wait' '$tmp/err'"
+kill "$holder"; wait "$holder" 2>/dev/null
 
 # ---------------------------------------------------------------- run: signals
 
