@@ -12,22 +12,29 @@
 #include "cli.h"
 #include "proto.h"
 
+#define REACH_TIMEOUT_MS 2000 /* to find out why an address did not answer */
+
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dlock [OPTIONS] run [--wait DUR] [--shared] [--semaphore LIMIT] NAME -- CMD [ARG ...]\n"
+            "usage: dlock [OPTIONS] run [RUN-OPTIONS] NAME... -- CMD [ARG ...]\n"
+            "       dlock [OPTIONS] run [RUN-OPTIONS] -c 'SHELL COMMAND' NAME...\n"
+            "       dlock [OPTIONS] run [RUN-OPTIONS] NAME [-c 'SHELL COMMAND' | CMD [ARG ...]]\n"
             "       dlock [OPTIONS] status NAME\n"
             "       dlock [OPTIONS] info\n"
             "       dlock [OPTIONS] ping\n"
             "options: -a, --addr ADDR    dlockd address (HOST:PORT or unix:PATH; default $DLOCK_ADDR, else 127.0.0.1:7411)\n"
             "         -j, --json         output for scripts\n"
             "             --ttl DUR      session ttl      --name NAME   client name\n"
-            "run:     -w, --wait DUR     wait at most DUR for the lock (default: no limit); -n = --wait 0\n"
+            "run:     -w, --wait DUR     wait at most DUR for the lock (default: no limit; a bare number is seconds); -n = --wait 0\n"
+            "         -c, --command CMD  run CMD with /bin/sh -c\n"
+            "         -v, --verbose      tell who holds the lock and the place in the queue while waiting\n"
             "         -s, --shared       shared (read) lock\n"
             "         -S, --semaphore N  take a permit of the semaphore NAME with limit N\n"
             "         -g, --grace DUR    after a lost lock, SIGKILL CMD this long after SIGTERM (default 5s)\n"
             "         -E, --conflict-exit-code N   exit status when the wait runs out (default 75)\n"
-            "Durations: 500, 500ms, 2s, 1m; --wait also takes inf. See dlock(1).\n");
+            "Several NAMEs are taken all or nothing. Durations: 500ms, 2s, 1m (500 is 500ms, except for --wait);\n"
+            "--wait also takes inf. Temporary failures exit 75. See dlock(1).\n");
 }
 
 void cli_msg(const struct cli *c, const char *event, const char *fmt, ...)
@@ -50,7 +57,12 @@ void cli_msg(const struct cli *c, const char *event, const char *fmt, ...)
     }
 }
 
-dlock_t *cli_connect(const struct cli *c, dlock_event_cb cb, void *arg)
+int cli_temporary(int rc)
+{
+    return rc == DLOCK_ERR_CONN || rc == DLOCK_ERR_BACKEND;
+}
+
+dlock_t *cli_connect(const struct cli *c, dlock_event_cb cb, void *arg, int *err)
 {
     dlock_options_t *o = dlock_options_new();
     const char *pw = getenv("DLOCK_PASSWORD");
@@ -70,9 +82,17 @@ dlock_t *cli_connect(const struct cli *c, dlock_event_cb cb, void *arg)
     if (rc == 0)
         rc = dlock_connect(&h, o);
     dlock_options_free(o);
+    *err = rc;
     if (rc != 0) {
         const char *addr = c->addr ? c->addr : getenv("DLOCK_ADDR");
-        cli_msg(c, "error", "cannot connect to %s: %s", addr && *addr ? addr : "127.0.0.1:7411", dlock_strerror(rc));
+        char why[2048];
+
+        addr = addr && *addr ? addr : "127.0.0.1:7411";
+        if (rc == DLOCK_ERR_CONN)
+            cli_why_unreachable(addr, REACH_TIMEOUT_MS, why, sizeof(why));
+        else
+            snprintf(why, sizeof(why), "%s: %s", addr, dlock_strerror(rc));
+        cli_msg(c, "error", "cannot connect to dlockd: %s", why);
         return NULL;
     }
     return h;
@@ -159,19 +179,19 @@ static void print_info(json_t *info)
 /* status NAME / info: the server's JSON, as it is or for people. */
 static int cmd_json(const struct cli *c, const char *name)
 {
-    dlock_t *h = cli_connect(c, NULL, NULL);
     char *text = NULL;
     json_t *j;
     int rc;
+    dlock_t *h = cli_connect(c, NULL, NULL, &rc);
 
     if (h == NULL)
-        return CLI_EXIT_FAIL;
+        return cli_temporary(rc) ? CLI_EXIT_TEMPFAIL : CLI_EXIT_FAIL;
     rc = name ? dlock_status(h, name, &text) : dlock_info(h, &text);
     dlock_close(h);
     if (rc != 0) {
         cli_msg(c, "error", "%s%s%s: %s", name ? "status" : "info", name ? " " : "", name ? name : "",
                 dlock_strerror(rc));
-        return CLI_EXIT_FAIL;
+        return cli_temporary(rc) ? CLI_EXIT_TEMPFAIL : CLI_EXIT_FAIL;
     }
     if (c->json || (j = json_loads(text, 0, NULL)) == NULL) {
         printf("%s\n", text);
@@ -186,29 +206,61 @@ static int cmd_json(const struct cli *c, const char *name)
     return CLI_EXIT_OK;
 }
 
+/* The backend state and error from INFO into state and why ("" when up); -1 when INFO fails. */
+static int backend_state(dlock_t *h, char *state, size_t slen, char *why, size_t wlen)
+{
+    char *text = NULL;
+    const char *s;
+    json_t *j;
+    int rc = dlock_info(h, &text);
+
+    if (rc != 0)
+        return rc;
+    j = json_loads(text, 0, NULL);
+    free(text);
+    if (json_unpack(j, "{s:s}", "backend", &s) < 0)
+        s = "unknown";
+    snprintf(state, slen, "%s", s);
+    if (json_unpack(j, "{s:s}", "backend_error", &s) < 0)
+        s = "";
+    snprintf(why, wlen, "%s", s);
+    json_decref(j);
+    return 0;
+}
+
+/* ping: the round trip, and the backend state; exit 75 unless the backend is up. */
 static int cmd_ping(const struct cli *c)
 {
     struct timespec t0, t1;
-    dlock_t *h = cli_connect(c, NULL, NULL);
+    char state[32], why[512];
     double ms;
     int rc;
+    dlock_t *h = cli_connect(c, NULL, NULL, &rc);
 
     if (h == NULL)
-        return CLI_EXIT_FAIL;
+        return cli_temporary(rc) ? CLI_EXIT_TEMPFAIL : CLI_EXIT_FAIL;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = dlock_ping(h);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == 0)
+        rc = backend_state(h, state, sizeof(state), why, sizeof(why));
     dlock_close(h);
     if (rc != 0) {
         cli_msg(c, "error", "ping: %s", dlock_strerror(rc));
-        return CLI_EXIT_FAIL;
+        return cli_temporary(rc) ? CLI_EXIT_TEMPFAIL : CLI_EXIT_FAIL;
     }
     ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-    if (c->json)
-        printf("{\"ok\":true,\"rtt_ms\":%.3f}\n", ms);
-    else
-        printf("PONG %.3f ms\n", ms);
-    return CLI_EXIT_OK;
+    if (c->json) {
+        json_t *o = json_pack("{s:b, s:f, s:s, s:s}", "ok", 1, "rtt_ms", ms, "backend", state, "backend_error", why);
+        char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        json_decref(o);
+    } else {
+        printf("PONG %.3f ms, backend %s%s%s\n", ms, state, why[0] ? ": " : "", why);
+    }
+    return strcmp(state, "up") == 0 ? CLI_EXIT_OK : CLI_EXIT_TEMPFAIL;
 }
 
 /* ---------------------------------------------------------------- the command line */
@@ -221,6 +273,25 @@ static int parse_dur(const char *s, int allow_inf, long long *ms)
         return -1;
     *ms = v == PROTO_WAIT_INF ? DLOCK_WAIT_INF : v;
     return 0;
+}
+
+/* --wait: as parse_dur, but a bare number is seconds (as flock -w), with up to 3 decimals. */
+static int parse_wait(const char *s, long long *ms)
+{
+    size_t digits = strspn(s, "0123456789"), frac = 0;
+    char buf[32];
+
+    if (digits == 0 || digits > 9)
+        return parse_dur(s, 1, ms);
+    if (s[digits] == '.') {
+        frac = strspn(s + digits + 1, "0123456789");
+        if (frac == 0 || frac > 3 || s[digits + 1 + frac] != '\0')
+            return -1;
+    } else if (s[digits] != '\0') {
+        return parse_dur(s, 1, ms);
+    }
+    snprintf(buf, sizeof(buf), "%.*s%.*s%.*s", (int)digits, s, (int)frac, s + digits + 1, (int)(3 - frac), "000");
+    return parse_dur(buf, 1, ms);
 }
 
 static int parse_int(const char *s, int min, int max, int *v)
@@ -241,6 +312,7 @@ static const struct option longopts[] = {
     {"shared", no_argument, NULL, 's'},      {"semaphore", required_argument, NULL, 'S'},
     {"grace", required_argument, NULL, 'g'}, {"conflict-exit-code", required_argument, NULL, 'E'},
     {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
+    {"command", required_argument, NULL, 'c'}, {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
 };
 
@@ -250,19 +322,21 @@ static int parse_opts(struct cli *c, int argc, char **argv)
     int ch;
 
     optind = 0; /* GNU: start afresh */
-    while ((ch = getopt_long(argc, argv, "+a:jw:nsS:g:E:hV", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+a:jw:nsS:g:E:hVc:v", longopts, NULL)) != -1) {
         switch (ch) {
         case 'a': c->addr = optarg; break;
         case 'j': c->json = 1; break;
         case 'N': c->name = optarg; break;
         case 's': c->shared = 1; break;
         case 'n': c->wait_ms = 0; break;
+        case 'c': c->command = optarg; break;
+        case 'v': c->verbose = 1; break;
         case 'T':
             if (parse_dur(optarg, 0, &c->ttl_ms) < 0 || c->ttl_ms <= 0)
                 goto bad;
             break;
         case 'w':
-            if (parse_dur(optarg, 1, &c->wait_ms) < 0)
+            if (parse_wait(optarg, &c->wait_ms) < 0)
                 goto bad;
             break;
         case 'g':
@@ -288,6 +362,53 @@ bad:
     return -1;
 }
 
+/* The NAMEs and CMD of run: "NAME... -- CMD ARG...", "NAME... -c CMD", "-c CMD given, NAME...", or
+ * "NAME CMD ARG...". Returns the number of names (0 when malformed); *cmd is NULL with -c. */
+static int split_run(struct cli *c, int argc, char **argv, char ***cmd)
+{
+    int n = 0;
+
+    *cmd = NULL;
+    while (n < argc && strcmp(argv[n], "--") != 0 && strcmp(argv[n], "-c") != 0 && strcmp(argv[n], "--command") != 0)
+        n++;
+    if (n < argc && strcmp(argv[n], "--") == 0) {
+        *cmd = argv + n + 1;
+        return c->command == NULL && n + 1 < argc ? n : 0;
+    }
+    if (n < argc) { /* flock's NAME -c CMD */
+        if (c->command != NULL || n + 2 != argc)
+            return 0;
+        c->command = argv[n + 1];
+        return n;
+    }
+    if (c->command != NULL)
+        return n;
+    *cmd = argv + 1;
+    return argc >= 2 ? 1 : 0;
+}
+
+static int run_operands(struct cli *c, int argc, char **argv)
+{
+    static char *shell[] = {"/bin/sh", "-c", NULL, NULL};
+    char **cmd;
+    int n = split_run(c, argc, argv, &cmd);
+
+    for (int i = 0; i < n; i++)
+        if (!proto_valid_name(argv[i])) {
+            fprintf(stderr, "dlock: invalid lock name '%s'\n", argv[i]);
+            return CLI_EXIT_RUNFAIL;
+        }
+    if (n == 0 || n > CLI_MAX_NAMES || (n > 1 && c->limit > 0)) {
+        usage(stderr);
+        return CLI_EXIT_RUNFAIL;
+    }
+    if (cmd == NULL) {
+        shell[2] = (char *)c->command;
+        cmd = shell;
+    }
+    return cli_run(c, (const char *const *)argv, n, cmd);
+}
+
 int main(int argc, char **argv)
 {
     struct cli c = {.wait_ms = DLOCK_WAIT_INF, .grace_ms = 5000, .timeout_status = CLI_EXIT_TIMEOUT};
@@ -308,13 +429,8 @@ int main(int argc, char **argv)
         return rc > 0 ? CLI_EXIT_OK : usage_status;
     argc -= optind;
     argv += optind;
-    if (strcmp(cmd, "run") == 0 && argc >= 2) {
-        char **rest = argv + 1;
-
-        if (strcmp(rest[0], "--") == 0)
-            rest++;
-        if (*rest && proto_valid_name(argv[0]))
-            return cli_run(&c, argv[0], rest);
+    if (strcmp(cmd, "run") == 0) {
+        return run_operands(&c, argc, argv);
     } else if (strcmp(cmd, "status") == 0 && argc == 1 && proto_valid_name(argv[0])) {
         return cmd_json(&c, argv[0]);
     } else if (strcmp(cmd, "info") == 0 && argc == 0) {

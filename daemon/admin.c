@@ -1,5 +1,6 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
- * (200 only while Redis is usable and not in jeopardy) and /status (the INFO document). */
+ * (200 only while Redis is usable and not in jeopardy) and /status (the INFO document
+ * with the effective config, secrets masked). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,7 @@ static void on_healthz(struct evhttp_request *req, void *arg)
 static void on_status(struct evhttp_request *req, void *arg)
 {
     struct evbuffer *body = evbuffer_new();
-    char *json = info_json(arg);
+    char *json = info_status(arg);
 
     evbuffer_add_printf(body, "%s\n", json);
     free(json);

@@ -19,6 +19,9 @@ enum conf_type {
 
 #define LIVE 1    /* SIGHUP changes it at once */
 #define RESTART 0 /* only a restart changes it */
+#define SECRET 2  /* with LIVE or RESTART: its value is never shown (/status) */
+
+#define MASK "********" /* shown instead of a secret that is set */
 
 struct conf_key {
     const char *name;
@@ -27,7 +30,7 @@ struct conf_key {
     size_t size;         /* bytes of the field */
     const char *deflt;   /* default, NULL for none */
     int64_t min, max;    /* bounds of numbers */
-    int live;            /* LIVE or RESTART */
+    int flags;           /* LIVE or RESTART, with SECRET */
 };
 
 #define FIELD(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
@@ -37,7 +40,7 @@ struct conf_key {
 static const struct conf_key keys[] = {
     { "listen", CONF_ADDR_LIST, FIELD(listen), "127.0.0.1:7411", 0, 0, RESTART },
     { "redis", CONF_ADDR, FIELD(redis), "127.0.0.1:6379", 0, 0, RESTART },
-    { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART },
+    { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART | SECRET },
     { "redis-user", CONF_STR, FIELD(redis_user), NULL, 0, 0, RESTART },
     { "key-prefix", CONF_STR, FIELD(key_prefix), "dlock:", 0, 0, RESTART },
     { "session-ttl", CONF_DURATION, FIELD(session_ttl), "10s", 100, DMAX, LIVE },
@@ -46,7 +49,7 @@ static const struct conf_key keys[] = {
     { "lock-lease", CONF_DURATION, FIELD(lock_lease), "30s", 300, DMAX, RESTART },
     { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
     { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
-    { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE },
+    { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE | SECRET },
     { "protected-mode", CONF_BOOL, FIELD(protected_mode), "yes", 0, 1, RESTART },
     { "auth-timeout", CONF_DURATION, FIELD(auth_timeout), "10s", 100, DMAX, LIVE },
     { "auth-fail-delay", CONF_DURATION, FIELD(auth_fail_delay), "500ms", 0, 60000, LIVE },
@@ -362,7 +365,7 @@ void config_apply_live(struct config *cur, struct config *fresh, char *restart, 
 
         if (same(k, cur, fresh))
             continue;
-        if (!k->live) {
+        if (!(k->flags & LIVE)) {
             used += (size_t)snprintf(restart + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", k->name);
             continue;
         }
@@ -374,4 +377,75 @@ void config_apply_live(struct config *cur, struct config *fresh, char *restart, 
             memcpy(fc, ff, k->size);
         }
     }
+}
+
+/* ms as the largest unit that divides it: "1h", "30s", "500ms", "0". */
+static void format_duration(int64_t ms, char *buf, size_t len)
+{
+    if (ms != 0 && ms % 3600000 == 0)
+        snprintf(buf, len, "%lldh", (long long)(ms / 3600000));
+    else if (ms != 0 && ms % 60000 == 0)
+        snprintf(buf, len, "%lldm", (long long)(ms / 60000));
+    else if (ms != 0 && ms % 1000 == 0)
+        snprintf(buf, len, "%llds", (long long)(ms / 1000));
+    else
+        snprintf(buf, len, "%lld%s", (long long)ms, ms ? "ms" : "");
+}
+
+static void format_listen(const struct config *cfg, char *buf, size_t len)
+{
+    char one[300];
+    size_t used = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < cfg->nlisten && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
+                                 config_addr_str(&cfg->listen[i], one, sizeof(one)));
+}
+
+/* The value of k in cfg as a config file would give it; "" for none. */
+static void format_value(const struct config *cfg, const struct conf_key *k, char *buf, size_t len)
+{
+    const void *field = (const char *)cfg + k->offset;
+    const char *str;
+
+    switch (k->type) {
+    case CONF_ADDR: config_addr_str(field, buf, len); break;
+    case CONF_ADDR_LIST: format_listen(cfg, buf, len); break;
+    case CONF_OPT_ADDR:
+        if (cfg->admin_on)
+            config_addr_str(field, buf, len);
+        else
+            snprintf(buf, len, "%s", "");
+        break;
+    case CONF_STR:
+        str = *(char *const *)field;
+        snprintf(buf, len, "%s", str == NULL ? "" : (k->flags & SECRET) ? MASK : str);
+        break;
+    case CONF_DURATION: format_duration(*(const int64_t *)field, buf, len); break;
+    case CONF_INT: snprintf(buf, len, "%lld", (long long)*(const int64_t *)field); break;
+    case CONF_OCTAL: snprintf(buf, len, "%04llo", (unsigned long long)*(const int64_t *)field); break;
+    case CONF_BOOL: snprintf(buf, len, "%s", *(const int64_t *)field ? "yes" : "no"); break;
+    case CONF_LEVEL: snprintf(buf, len, "%s", log_level_name(*(const enum log_level *)field)); break;
+    case CONF_TARGET: snprintf(buf, len, "%s", *(const int *)field ? "syslog" : "stderr"); break;
+    }
+}
+
+void config_each(const struct config *cfg, config_each_cb *fn, void *arg)
+{
+    char value[CONFIG_VALUE_MAX];
+
+    for (size_t i = 0; i < NKEYS; i++) {
+        format_value(cfg, &keys[i], value, sizeof(value));
+        fn(keys[i].name, value, arg);
+    }
+}
+
+void config_help(FILE *f)
+{
+    fprintf(f, "config keys (in CONFIG-FILE as 'key value', on the command line as '--key value'):\n");
+    for (size_t i = 0; i < NKEYS; i++)
+        fprintf(f, "  %-22s default %-16s %s\n", keys[i].name,
+                keys[i].deflt && *keys[i].deflt ? keys[i].deflt : "(none)",
+                keys[i].flags & LIVE ? "SIGHUP applies it" : "needs a restart");
 }

@@ -4,10 +4,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "log.h"
 
 #define CONFIG_MAX_LISTEN 16
+#define CONFIG_VALUE_MAX (CONFIG_MAX_LISTEN * 300) /* bytes of a value as config_each shows it */
 
 struct sockaddr;
 
@@ -78,5 +80,15 @@ void config_free(struct config *cfg);
  * need a restart into restart (comma-separated; "" when none).
  */
 void config_apply_live(struct config *cur, struct config *fresh, char *restart, size_t len);
+/* Called by config_each with each key and its value. */
+typedef void config_each_cb(const char *key, const char *value, void *arg);
+/*
+ * Calls fn with every key, in the order of the table, and its value in cfg
+ * as the config file would give it ("" for none); a secret key that is set
+ * (requirepass, redis-password, any key marked SECRET) shows as "********".
+ */
+void config_each(const struct config *cfg, config_each_cb *fn, void *arg);
+/* Writes every key with its default and whether SIGHUP applies it, one a line. */
+void config_help(FILE *f);
 
 #endif

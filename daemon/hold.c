@@ -43,6 +43,7 @@ void hold_remove(struct dlockd *d, struct hold *h)
     TAILQ_REMOVE(&h->s->holds, h, in_session);
     h->s->nholds--;
     d->nholds--;
+    histo_add_in(&d->stats.held, histo_long_bounds_us, (now_ms() - h->since) * 1000);
     TAILQ_REMOVE(&h->ln->holds, h, in_name);
     if (TAILQ_EMPTY(&h->ln->holds)) {
         dict_del(d->names, h->ln->name);
@@ -115,6 +116,7 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
     if (h == NULL) {
         h = mem_alloc(sizeof(*h) + hlen + 1);
         h->s = s;
+        h->since = now_ms();
         memcpy(h->hid, hid, hlen + 1);
         if (lease > 0) {
             if ((h->lease = malloc(sizeof(*h->lease))) == NULL)

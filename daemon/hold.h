@@ -30,6 +30,7 @@ struct hold {
     TAILQ_ENTRY(hold) in_session;
     TAILQ_ENTRY(hold) in_name;
     unsigned long long token;  /* fencing token of the grant */
+    uint64_t since;            /* monotonic ms of the grant that created it, for the hold time histogram */
     char hid[];                /* mode, session id, ':', owner */
 };
 

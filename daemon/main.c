@@ -37,12 +37,14 @@ void dlockd_random_id(char *buf)
         snprintf(buf + 2 * i, 3, "%02x", raw[i]);
 }
 
+/* --help: the invocation and every config key on stdout, then exit 0. */
 static void usage(void)
 {
-    fprintf(stderr, "usage: dlockd [CONFIG-FILE] [--key value ...]\n"
-                    "       dlockd --test-config [CONFIG-FILE] [--key value ...]\n"
-                    "       dlockd --version\n");
-    exit(1);
+    printf("usage: dlockd [CONFIG-FILE] [--key value ...]\n"
+           "       dlockd --test-config [CONFIG-FILE] [--key value ...]\n"
+           "       dlockd --version | --help\n");
+    config_help(stdout);
+    exit(0);
 }
 
 static void on_stop(evutil_socket_t sig, short what, void *arg)

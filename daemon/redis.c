@@ -55,6 +55,7 @@ struct redis {
     uint64_t answering_sent;   /* sent time of the call whose callback runs */
     int answering_late;        /* the callback running is a late one */
     uint64_t trouble_at;       /* monotonic ms of the last failure */
+    uint64_t reconnects;       /* times the link came up again after the first time */
     TAILQ_HEAD(, redis_call) held; /* calls made during the first handshake, sent once it is over */
 };
 
@@ -95,6 +96,11 @@ const char *redis_state(const struct redis *rd)
 const char *redis_error(const struct redis *rd)
 {
     return rd->state == LINK_UP && !rd->jeopardy ? "" : rd->error;
+}
+
+uint64_t redis_reconnects(const struct redis *rd)
+{
+    return rd->reconnects;
 }
 
 const char *redis_unavailable(const struct redis *rd)
@@ -409,6 +415,7 @@ static void link_up(struct redis *rd)
         rd->d->ready = 1;
         notify("READY=1\nSTATUS=serving, Redis connected");
     } else {
+        rd->reconnects++;
         notify("STATUS=serving, Redis connected again");
     }
     rd->owner->renew(rd->d);

@@ -181,6 +181,7 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
     } else {
         uint64_t sent = redis_answering_sent(d->redis);
         d->stats.grants++;
+        histo_add_in(&d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
         if (w->phase != WAIT_SENDING && sent)
             histo_add(&d->stats.handoff, now_us() - sent);
         if (w->kind == WAIT_SEM)

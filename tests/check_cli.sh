@@ -55,28 +55,47 @@ export DLOCK_ADDR="unix:$tmp/dlockd.sock"
 unset DLOCK_PASSWORD
 wait_until 5000 "$DLOCK" ping || { echo "dlockd did not start"; tail "$tmp/dlockd.log"; exit 1; }
 
+keys0=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$top/daemon/config.c")
 # held NAME: someone holds NAME.
 held() { "$DLOCK" status "$1" | grep -q ' [1-9][0-9]* holders\?,'; }
+# unheld NAME...: nobody holds any of them.
+unheld() { for n in "$@"; do held "$n" && return 1; done; return 0; }
 waiting() { "$DLOCK" --json status "$1" | grep -q '"waiters":[1-9]'; }
 
 # ---------------------------------------------------------------- ping, info, status
 
 out=$("$DLOCK" ping); st=$?
 status_is "ping" 0 $st
-check "ping prints PONG" matches "$out" 'PONG [0-9.]* ms$'
-check "ping --json" sh -c "\"$DLOCK\" --json ping | grep -q '^{\"ok\":true,\"rtt_ms\":[0-9.]*}\$'"
+check "ping prints PONG and the backend state" matches "$out" 'PONG [0-9.]* ms, backend up$'
+check "ping --json" sh -c "\"$DLOCK\" --json ping | grep -q '^{\"ok\":true,\"rtt_ms\":[0-9.]*,\"backend\":\"up\",\"backend_error\":\"\"}\$'"
 check "info for people" sh -c "\"$DLOCK\" info | grep -q '^version: '"
 check "info --json" sh -c "\"$DLOCK\" --json info | grep -q '^{.*\"version\"'"
 check "status of an unused name" sh -c "\"$DLOCK\" status nothing-here | grep -qx 'nothing-here: not in use'"
 check "status --json of an unused name" sh -c "\"$DLOCK\" status --json nothing-here | grep -q '\"type\":null'"
 "$DLOCK" --addr "unix:$tmp/nobody.sock" ping 2>"$tmp/err"; st=$?
-status_is "ping without a server" 1 $st
-check "it says why" grep -q "cannot connect to unix:$tmp/nobody.sock" "$tmp/err"
+status_is "ping without a server is a temporary failure" 75 $st
+check "it says why" grep -q "cannot connect to dlockd: unix:$tmp/nobody.sock: no such socket" "$tmp/err"
+"$DLOCK" --addr "nohost.invalid:7411" status x 2>"$tmp/err"; status_is "status with an unknown host" 75 $?
+check "it says no such host" grep -q "nohost.invalid:7411: no such host" "$tmp/err"
+"$DLOCK" --addr "127.0.0.1:1,unix:$tmp/nobody.sock" info 2>"$tmp/err"; status_is "info with nothing listening" 75 $?
+check "it says refused, for each address" \
+    grep -q "127.0.0.1:1: connection refused.*; unix:$tmp/nobody.sock: no such socket" "$tmp/err"
 "$DLOCK" status 2>/dev/null; status_is "status without NAME is a usage error" 2 $?
 "$DLOCK" frob 2>/dev/null; status_is "unknown command" 2 $?
 "$DLOCK" run 2>/dev/null; status_is "run without NAME and CMD" 125 $?
 "$DLOCK" run --wait soon x -- true 2>/dev/null; status_is "run with a bad --wait" 125 $?
-"$DLOCK" --addr "unix:$tmp/nobody.sock" run x -- true 2>/dev/null; status_is "run without a server" 125 $?
+"$DLOCK" --addr "unix:$tmp/nobody.sock" run x -- true 2>/dev/null; status_is "run without a server" 75 $?
+"$DLOCK" run -n -c true 2>/dev/null; status_is "run -c without NAME" 125 $?
+"$DLOCK" run -S 2 s1 s2 -- true 2>/dev/null; status_is "a semaphore of two names" 125 $?
+"$DLOCK" run 'bad name' -- true 2>"$tmp/err"; status_is "run with a bad name" 125 $?
+check "it names it" grep -q "invalid lock name 'bad name'" "$tmp/err"
+
+# A dlockd that accepts but does not answer (stopped): timed out, not refused.
+kill -STOP "$DLOCKD_PID"
+"$DLOCK" ping 2>"$tmp/err"; st=$?
+kill -CONT "$DLOCKD_PID"
+status_is "ping of a stopped dlockd" 75 $st
+check "it says timed out" grep -q "dlockd.sock: no answer from dlockd (timed out)" "$tmp/err"
 
 # ---------------------------------------------------------------- run: status, token
 
@@ -90,6 +109,26 @@ check "DLOCK_TOKEN is a 16-digit token" matches "$t1" '[1-9][0-9]\{15\}$'
 check "DLOCK_TOKEN grows ($t1 < $t2)" test "$t1" -lt "$t2"
 check "DLOCK_NAME is set" sh -c "[ \"\$(\"$DLOCK\" run tok -- sh -c 'echo \$DLOCK_NAME')\" = tok ]"
 check "the lock is free again after CMD" sh -c "! \"$DLOCK\" status tok | grep -q holder"
+
+# ---------------------------------------------------------------- run -c, several names
+
+"$DLOCK" run -c 'exit 4' cmd1 2>/dev/null; status_is "run -c exits with the shell's status" 4 $?
+out=$("$DLOCK" run -c 'echo "[$DLOCK_NAME]"' cmd1); check "run -c runs it with /bin/sh ($out)" test "$out" = "[cmd1]"
+out=$("$DLOCK" run cmd1 -c 'echo "flock $DLOCK_NAME"'); check "NAME -c CMD, as flock ($out)" test "$out" = "flock cmd1"
+out=$("$DLOCK" run two1 two2 -- sh -c 'echo $DLOCK_NAME; echo $DLOCK_TOKEN; \
+    "$0" status two1 | grep -c "1 holder,"; "$0" status two2 | grep -c "1 holder,"' "$DLOCK")
+check "two names: DLOCK_NAME" test "$(echo "$out" | sed -n 1p)" = "two1 two2"
+check "two names: a token each" matches "$(echo "$out" | sed -n 2p)" '[1-9][0-9]\{15\} [1-9][0-9]\{15\}$'
+check "two names: both held while CMD runs" test "$(echo "$out" | sed -n 3,4p | tr '\n' ' ')" = "1 1 "
+check "two names: both free after" unheld two1 two2
+spawn "$DLOCK" run two2 -- sleep 3
+holder=$!
+wait_until 5000 held two2
+"$DLOCK" run -n -c "touch '$tmp/two-ran'" two1 two2 2>/dev/null; status_is "two names, one taken: not granted" 75 $?
+check "all or nothing: the free one was not taken" unheld two1
+"$DLOCK" run -n two2 two1 -- touch "$tmp/two-ran" 2>/dev/null; status_is "the other order" 75 $?
+check "CMD did not run either time" test ! -e "$tmp/two-ran"
+kill "$holder"; wait "$holder" 2>/dev/null
 
 # ---------------------------------------------------------------- run: two runs serialize
 
@@ -117,6 +156,15 @@ status_is "--wait runs out" 75 $st
 check "after the wait (${took} ms)" test "$took" -ge 250
 check "the timeout is reported" grep -q "busy: not granted" "$tmp/err"
 "$DLOCK" run -n busy -- true 2>/dev/null; status_is "--nonblock on a taken lock" 75 $?
+t0=$(now_ms)
+"$DLOCK" run -w 1 busy -- true 2>/dev/null; st=$?
+took=$(($(now_ms) - t0))
+status_is "-w 1 runs out" 75 $st
+check "-w 1 is one second, as flock ($took ms)" test "$took" -ge 950 -a "$took" -lt 2500
+t0=$(now_ms)
+"$DLOCK" run -w 0.3 busy -- true 2>/dev/null; st=$?
+took=$(($(now_ms) - t0))
+check "-w 0.3 is 300 ms ($took ms, status $st)" test "$st" -eq 75 -a "$took" -ge 250 -a "$took" -lt 1000
 "$DLOCK" run -E 9 --wait 0 busy -- true 2>/dev/null; status_is "-E sets the timeout status" 9 $?
 "$DLOCK" --json run -n busy -- true 2>"$tmp/err"
 check "--json messages on stderr" grep -q '^{"event":"timeout","message":' "$tmp/err"
@@ -137,6 +185,28 @@ check "two permits taken" wait_until 5000 sh -c "\"$DLOCK\" status pool | grep -
 "$DLOCK" run --semaphore 2 -n pool -- true 2>/dev/null; status_is "a third permit is not free" 75 $?
 kill "$p1" "$p2"; wait "$p1" "$p2" 2>/dev/null
 "$DLOCK" run --semaphore 2 -n pool -- true; status_is "permits come back when the runs end" 0 $?
+
+# ---------------------------------------------------------------- run --verbose
+
+spawn "$DLOCK" --name vholder run vb -- sleep 2
+holder=$!
+wait_until 5000 held vb
+spawn "$DLOCK" run vb -- true
+check "a first waiter" wait_until 5000 waiting vb
+"$DLOCK" run --verbose -w 20 vb -- true 2>"$tmp/err"; st=$?
+status_is "run --verbose waits and succeeds" 0 $st
+check "it tells who holds it" grep -q "^dlock: vb: held by vholder (session [0-9a-f]*); 1 waiting before us (position 2 in the queue)\$" "$tmp/err"
+check "once: no polling" test "$(grep -c 'held by' "$tmp/err")" -eq 1
+check "and when it is granted" grep -q "^dlock: vb: granted\$" "$tmp/err"
+"$DLOCK" run --verbose vb -- true 2>"$tmp/err"
+check "nothing to tell when it is free" test ! -s "$tmp/err"
+spawn "$DLOCK" --name vholder2 run vb -- sleep 2
+holder=$!
+wait_until 5000 held vb
+"$DLOCK" run -v -n vb -- true 2>"$tmp/err"; status_is "run -v -n on a taken lock" 75 $?
+check "tells who holds it, then gives up" sh -c "grep -q 'vb: held by vholder2 (session' '$tmp/err' && \
+    grep -q 'vb: not granted within the wait' '$tmp/err'"
+kill "$holder"; wait "$holder" 2>/dev/null
 
 # ---------------------------------------------------------------- run: signals
 
@@ -243,6 +313,35 @@ check "and said why" grep -q "lost the lock crash (jeopardy)" "$tmp/err"
 wait "$waiter"; status_is "a waiter on the other dlockd gets the lock" 0 $?
 check "only after CMD stopped" test "$(tr '\n' ' ' <"$tmp/crash")" = "started stopped granted "
 
+# ---------------------------------------------------------------- Redis stopped: ERR BACKEND is temporary
+
+spawn "$REDIS" --port 0 --unixsocket "$tmp/redis3.sock" --save "" --appendonly no --dir "$tmp" >"$tmp/redis3.log" 2>&1
+redis3=$!
+wait_until 5000 test -S "$tmp/redis3.sock"
+spawn "$DLOCKD" --listen "unix:$tmp/d3.sock" --redis "unix:$tmp/redis3.sock" --log-level debug >"$tmp/d3.log" 2>&1
+check "a third dlockd on its own Redis" wait_until 5000 "$DLOCK" -a "unix:$tmp/d3.sock" ping
+kill "$redis3"; wait "$redis3" 2>/dev/null
+check "Redis is gone" wait_until 5000 sh -c "! \"$DLOCK\" -a 'unix:$tmp/d3.sock' ping"
+"$DLOCK" -a "unix:$tmp/d3.sock" ping >"$tmp/out" 2>&1; status_is "ping while Redis is down" 75 $?
+check "it reports the backend down" grep -q "^PONG [0-9.]* ms, backend down" "$tmp/out"
+"$DLOCK" -a "unix:$tmp/d3.sock" run rs -- touch "$tmp/rs-ran" 2>"$tmp/err"; status_is "run while Redis is down" 75 $?
+check "it says ERR BACKEND" grep -q "rs: .*(ERR BACKEND)" "$tmp/err"
+check "CMD did not run" test ! -e "$tmp/rs-ran"
+"$DLOCK" -a "unix:$tmp/d3.sock" status rs 2>/dev/null; status_is "status while Redis is down" 75 $?
+
+# ---------------------------------------------------------------- dlockd --help
+
+"$DLOCKD" --help >"$tmp/help" 2>"$tmp/err"; status_is "dlockd --help" 0 $?
+check "on stdout only" test -s "$tmp/help" -a ! -s "$tmp/err"
+sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_[A-Z_]*, *FIELD([a-z_]*), *\("[^"]*"\|NULL\).*/\1 \2/p' "$top/daemon/config.c" |
+while read -r key deflt; do
+    deflt=$(echo "$deflt" | tr -d '"')
+    [ "$deflt" = NULL ] || [ -z "$deflt" ] && deflt="(none)"
+    if grep -q "^  $key  *default $deflt " "$tmp/help"; then echo "ok - --help lists $key ($deflt)"; else echo "FAIL - --help lists $key ($deflt)"; echo x >>"$tmp/help-fail"; fi
+done
+check "--help lists every key with its default" test ! -e "$tmp/help-fail"
+check "--help lists the keys of daemon/config.c" test "$(grep -c ' default ' "$tmp/help")" -eq "$(echo "$keys0" | wc -w)"
+
 # ---------------------------------------------------------------- man pages
 
 for page in dlockd.8 dlockd.conf.5 dlock.1 libdlock.3; do
@@ -270,7 +369,8 @@ else
     fail "make install DESTDIR=... (see $tmp/install.log)"
 fi
 pc=$(find "$inst" -name libdlock.pc | head -1)
-for f in dlock.h libdlock.so bin/dlock sbin/dlockd man1/dlock.1 man3/libdlock.3 man5/dlockd.conf.5 man8/dlockd.8; do
+for f in dlock.h libdlock.so bin/dlock sbin/dlockd man1/dlock.1 man3/libdlock.3 man5/dlockd.conf.5 man8/dlockd.8 \
+    doc/dlockd/PROTOCOL.md; do
     check "installed: $f" sh -c "find '$inst' -path '*/$f' | grep -q ."
 done
 check "installed: libdlock.pc" test -n "$pc"

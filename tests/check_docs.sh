@@ -58,7 +58,7 @@ verbs=$(sed -n 's/^ *\[VERB_\([A-Z]*\)\] *= *{.*/\1/p' "$cmd_c")
 codes=$(sed -n 's/^ *PROTO_E\([A-Z]*\),.*/\1/p' "$proto_h")
 events=$(grep -ho 'conn_\(event\|broadcast\)([^"]*"[A-Z][A-Z]*' "$top"/daemon/*.c | sed 's/.*"//' | sort -u)
 keys=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$config_c")
-live=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*, *LIVE *},.*/\1/p' "$config_c")
+live=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*, *LIVE\( *| *SECRET\)\? *},.*/\1/p' "$config_c")
 found "$verbs" "verb (daemon/cmd.c cmds[])"
 found "$codes" "error code (proto/proto.h enum proto_err)"
 found "$events" "event (conn_event, conn_broadcast)"

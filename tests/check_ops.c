@@ -732,6 +732,23 @@ static void histo_check(const char *text, const char *name)
                   prom_get(text, count, ""));
 }
 
+/* dlockd_build_info and the process_* metrics are there and plausible. */
+static void process_check(const char *m)
+{
+    char labels[64];
+    double start = prom_get(m, "process_start_time_seconds", ""), now = (double)time(NULL);
+
+    snprintf(labels, sizeof labels, "version=\"%s\"", PACKAGE_VERSION);
+    GAUGE(m, "dlockd_build_info", labels, 1);
+    ck_assert_double_ge(prom_get(m, "process_cpu_seconds_total", ""), 0);
+    ck_assert_int_gt(MGET(m, "process_resident_memory_bytes", ""), 1 << 20);
+    ck_assert_int_ge(MGET(m, "process_virtual_memory_bytes", ""), MGET(m, "process_resident_memory_bytes", ""));
+    /* stdin/out/err, the listener, the admin socket, Redis's two links, the event base: at least 6 */
+    ck_assert_int_ge(MGET(m, "process_open_fds", ""), 6);
+    ck_assert_int_ge(MGET(m, "process_max_fds", ""), MGET(m, "process_open_fds", ""));
+    ck_assert_msg(start > now - 120 && start <= now + 1, "process_start_time_seconds %f, now %f", start, now);
+}
+
 static struct h_dlockd *admin_daemon(int *admin_port, const char *const *more)
 {
     static char addr[64];
@@ -769,6 +786,9 @@ START_TEST(test_admin_metrics)
     GAUGE(m0, "dlockd_holds", "", 0);
     histo_check(m0, "dlockd_backend_latency_seconds");
     histo_check(m0, "dlockd_handoff_latency_seconds");
+    histo_check(m0, "dlockd_wait_seconds");
+    histo_check(m0, "dlockd_hold_seconds");
+    process_check(m0);
 
     a = H_CLIENT(d, "name=a ttl=60s");
     b = H_CLIENT(d, "name=b ttl=60s");
@@ -787,6 +807,8 @@ START_TEST(test_admin_metrics)
     GAUGE(m1, "dlockd_holds", "", 5);
     ck_assert_int_ge(MGET(m1, "dlockd_connections", ""), 2);
     DELTA_GE(m0, m1, "dlockd_backend_latency_seconds_count", "", 5);
+    DELTA(m0, m1, "dlockd_wait_seconds_count", "", 5); /* immediate grants count too, not BUSY */
+    DELTA(m0, m1, "dlockd_wait_seconds_bucket", "le=\"0.25\"", 5);
     GAUGE(m1, "dlockd_backend_up", "", 1);
     histo_check(m1, "dlockd_backend_latency_seconds");
 
@@ -795,11 +817,21 @@ START_TEST(test_admin_metrics)
     ck_assert(h_wait_waiters(a, "m0", 1, 3000));
     m2 = METRICS(ap);
     GAUGE(m2, "dlockd_waiters", "", 1);
+    h_sleep_ms(600); /* b waits, and a holds m0, at least this long */
     H_REQ(a, "OK count=0", "UNLOCK m0");
     H_REPLY(b, "OK token=%d count=1", 3000);
     m3 = METRICS(ap);
     DELTA(m2, m3, "dlockd_handoff_latency_seconds_count", "", 1);
     histo_check(m3, "dlockd_handoff_latency_seconds");
+    /* b's wait and a's hold of m0, both over 0.5 s: outside the 0.5 s bucket, inside +Inf */
+    DELTA(m2, m3, "dlockd_wait_seconds_count", "", 1);
+    DELTA(m2, m3, "dlockd_wait_seconds_bucket", "le=\"0.5\"", 0);
+    ck_assert_double_ge(prom_get(m3, "dlockd_wait_seconds_sum", "") - prom_get(m2, "dlockd_wait_seconds_sum", ""), 0.5);
+    DELTA(m2, m3, "dlockd_hold_seconds_count", "", 1);
+    DELTA(m2, m3, "dlockd_hold_seconds_bucket", "le=\"0.5\"", 0);
+    ck_assert_double_ge(prom_get(m3, "dlockd_hold_seconds_sum", "") - prom_get(m2, "dlockd_hold_seconds_sum", ""), 0.5);
+    histo_check(m3, "dlockd_wait_seconds");
+    histo_check(m3, "dlockd_hold_seconds");
     GAUGE(m3, "dlockd_waiters", "", 0);
     GAUGE(m3, "dlockd_holds", "", 5);
     DELTA(m0, m3, "dlockd_requests_total", LOCK_OK, 6);
@@ -845,16 +877,22 @@ START_TEST(test_admin_healthz)
     free(head);
     free(body);
 
+    m = METRICS(ap);
+    GAUGE(m, "dlockd_backend_reconnects_total", "", 0); /* the first connection is not one */
+    free(m);
+
     h_redis_kill(R);
     ck_assert_msg(http_until(ap, "/healthz", 503, 5000) >= 0, "/healthz not 503 within 5 s of Redis dying");
     m = METRICS(ap);
     GAUGE(m, "dlockd_backend_up", "", 0);
+    GAUGE(m, "dlockd_backend_reconnects_total", "", 0);
     free(m);
 
     h_redis_restart(R);
     ck_assert_msg(http_until(ap, "/healthz", 200, 5000 + 2000) >= 0, "/healthz not 200 within 7 s of Redis restarting");
     m = METRICS(ap);
     GAUGE(m, "dlockd_backend_up", "", 1);
+    GAUGE(m, "dlockd_backend_reconnects_total", "", 1);
     free(m);
 }
 END_TEST
@@ -897,7 +935,7 @@ START_TEST(test_admin_status)
     int ap;
     struct h_dlockd *d = admin_daemon(&ap, NULL);
     struct h_conn *c = H_CLIENT(d, "name=st");
-    char *head, *body, hk[2048], ik[2048], needle[64];
+    char *head, *body, hk[2048], ik[2048], needle[64], withcfg[8192];
     const char *info;
 
     H_LOCK_NEW(c, "st");
@@ -906,8 +944,11 @@ START_TEST(test_admin_status)
     ck_assert_msg(body[0] == '{', "/status body '%s'", body);
     info = H_REQ(c, "OK {%*}", "INFO");
     json_keys(body, hk, sizeof hk);
-    json_keys(info + 3, ik, sizeof ik);
-    ck_assert_msg(strcmp(hk, ik) == 0, "/status keys [%s] differ from INFO keys [%s]", hk, ik);
+    snprintf(withcfg, sizeof withcfg, "%.*s,\"config\":{}}", (int)strlen(info + 3) - 1, info + 3);
+    json_keys(withcfg, ik, sizeof ik);
+    ck_assert_msg(strcmp(hk, ik) == 0, "/status keys [%s] differ from INFO keys and config [%s]", hk, ik);
+    ck_assert(h_json_has(body, "\"session-ttl\":\"10s\""));
+    ck_assert(h_json_has(body, "\"requirepass\":\"\""));
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         snprintf(needle, sizeof needle, "\"%s\":", want[i]);
         ck_assert_msg(h_json_has(body, needle), "/status has no %s: %s", want[i], body);
@@ -921,6 +962,27 @@ START_TEST(test_admin_status)
     ck_assert_int_eq(h_http_get(ap, "/nope", NULL, NULL, H_TIMEOUT), 404);
     ck_assert_int_eq(h_http_get(ap, "/", NULL, NULL, H_TIMEOUT), 404);
     ck_assert_int_eq(h_http_get(ap, "/metrics/x", NULL, NULL, H_TIMEOUT), 404);
+}
+END_TEST
+
+/* /status shows the effective config, but never a secret: every key named *pass* that is set shows masked. */
+START_TEST(test_admin_status_secrets)
+{
+    int ap;
+    char *body, *p;
+
+    admin_daemon(&ap, H_ARGS("--requirepass", "client-s3cret", "--redis-password", "redis-s3cret", "--max-holds",
+                             "77", "--session-ttl", "90s"));
+    ck_assert_int_eq(h_http_get(ap, "/status", NULL, &body, H_TIMEOUT), 200);
+    ck_assert_msg(strstr(body, "s3cret") == NULL, "/status shows a secret: %s", body);
+    ck_assert(h_json_has(body, "\"requirepass\":\"********\""));
+    ck_assert(h_json_has(body, "\"redis-password\":\"********\""));
+    ck_assert(h_json_has(body, "\"max-holds\":\"77\""));
+    ck_assert(h_json_has(body, "\"session-ttl\":\"90s\""));
+    for (p = strstr(body, "\"config\":{"); p != NULL && (p = strstr(p, "pass\":\"")) != NULL; p++)
+        ck_assert_msg(strncmp(p + 7, "********\"", 9) == 0 || strncmp(p + 7, "\"", 1) == 0,
+                      "a password key shows '%.20s'", p + 7);
+    free(body);
 }
 END_TEST
 
@@ -1315,6 +1377,7 @@ static Suite *ops_suite(void)
     tcase_add_test(cases[1].tc, test_test_config);
     tcase_add_test(cases[2].tc, test_sigterm);
     tcase_add_test(cases[3].tc, test_admin_metrics);
+    tcase_add_test(cases[3].tc, test_admin_status_secrets);
     tcase_add_test(cases[3].tc, test_admin_healthz);
     tcase_add_test(cases[3].tc, test_admin_status);
     tcase_add_test(cases[4].tc, test_preauth_verbs);
