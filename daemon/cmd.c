@@ -152,10 +152,8 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
-    /* The holds of a session with a secret outlive its daemon for its ttl, if that is longer (renew.c). */
     req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
-              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed,
-              (long long)(s->ttl > c->d->cfg.lock_lease ? s->ttl : c->d->cfg.lock_lease));
+              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
     /* Its record says which daemon has it now: one that had it before lets go. */
     if (s->has_secret)
         record_put(s, c->peer);

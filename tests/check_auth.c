@@ -128,8 +128,7 @@ START_TEST(test_hello_secret)
     ck_assert(is_secret(s2));
     ck_assert_str_ne(s1, s2);
     H_REQ(n, "ERR NOSESSION%*", "HELLO session=%s secret=%s", sid, s1);
-    /* lease= is the later of lock-lease and the ttl: the holds outlive their daemon that long. */
-    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=30000 proto=1 server=dlockd/%%w resumed=1 lease=30000", sid,
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=30000 proto=1 server=dlockd/%%w resumed=1 lease=12000", sid,
              s2);
     H_REQ(n, pat, "HELLO session=%s secret=%s", sid, s2);
     H_EVENT(c, "* BYE reason=moved", 3000);

@@ -38,9 +38,10 @@ trap 'exit 1' INT TERM
 spawn "$REDIS" --port 0 --unixsocket "$tmp/redis.sock" --save "" --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1
 wait_until 5000 test -S "$tmp/redis.sock" || { echo "redis-server did not start"; exit 1; }
 
-# daemon N: starts dlockd N on $tmp/dN.sock (lock-lease 2s); its pid in $daemon_pid.
+# daemon N: starts dlockd N on $tmp/dN.sock; its pid in $daemon_pid. A client trusts its holds
+# for about 2/3 of lock-lease without an answer (libdlock): 6 s leave room for a restart.
 daemon() {
-    "$DLOCKD" --listen "unix:$tmp/d$1.sock" --redis "unix:$tmp/redis.sock" --lock-lease 2s \
+    "$DLOCKD" --listen "unix:$tmp/d$1.sock" --redis "unix:$tmp/redis.sock" --lock-lease 6s \
         --log-level debug >>"$tmp/d$1.log" 2>&1 &
     daemon_pid=$!
     pids="$pids $daemon_pid"
