@@ -17,8 +17,9 @@ holds the lock, so this is the case fencing tokens exist for; the store must ref
 stale write.
 
 It heartbeats with a tagged `#p PING` every ttl/3, also while a LOCK waits. When the
-connection breaks it reconnects (retrying until it succeeds), resumes its session with
-HELLO session=ID secret=S when dlockd still has it, and releases what it held.
+connection breaks it reconnects (retrying until it succeeds, on the next address of --dlockd
+after a failure: a comma-separated list), resumes its session with HELLO session=ID secret=S
+when a dlockd still has it, and releases what it held.
 SIGTERM: finish the current iteration, QUIT, exit 0.
 """
 
@@ -46,7 +47,8 @@ class Dlock:
     def __init__(self, args, hist):
         self.a = args
         self.hist = hist
-        self.addr = parse_addr(args.dlockd)
+        self.addrs = [parse_addr(x) for x in args.dlockd.split(",")]
+        self.cur = 0  # the address in use; a connection that fails moves on to the next
         self.hb_ns = args.ttl_ms * 1_000_000 // 3
         self.conn = None
         self.session = None
@@ -60,7 +62,7 @@ class Dlock:
         delay = 0.05
         while True:
             try:
-                self.conn = LineConn(self.addr, src=self.a.src, timeout=0.5)
+                self.conn = LineConn(self.addrs[self.cur], src=self.a.src, timeout=0.5)
                 resumed = self.hello()
                 self.next_hb = now_ns() + self.hb_ns
                 return resumed
@@ -70,6 +72,7 @@ class Dlock:
                 self.conn = None
                 if stopping and self.session is None:
                     raise ConnLost()
+                self.cur = (self.cur + 1) % len(self.addrs)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.4)
 

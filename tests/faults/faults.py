@@ -54,6 +54,9 @@ SCENARIOS = {
                     "SIGKILL of a holder, restarted 0.3 s later (lock-delay 500ms)"),
     "kill-dlockd": (["kill-dlockd"], {"gap_s": (3.5, 5.0)},
                     "SIGKILL of one of the two dlockd, restarted 0.2-1 s later, every 3.5-5 s (a lock-lease and more)"),
+    "kill-dlockd-resume": (["kill-dlockd"], {"gap_s": (1.5, 3.0), "resume_any": True},
+                           "as kill-dlockd, but clients know both daemons and resume their sessions on "
+                           "the other one (their holds kept)"),
     "kill-redis": (["kill-redis"], {}, "SIGKILL of redis-server without persistence, restarted empty"),
     "kill-redis-aof": (["kill-redis"], {"aof": True},
                        "SIGKILL of redis-server with appendonly yes (fsync everysec), restarted"),
@@ -76,11 +79,12 @@ SCENARIOS = {
 }
 TIERS = {
     # scenario list, seconds each
-    "short": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-redis", "kill-redis-aof",
-               "pause-redis", "partition-client", "partition-redis", "latency", "control", "control-writes-only"], 16),
-    "long": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-redis", "kill-redis-aof",
-              "pause-redis", "partition-client", "partition-redis", "latency", "control", "control-writes-only",
-              "mixed"], 150),
+    "short": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-dlockd-resume", "kill-redis",
+               "kill-redis-aof", "pause-redis", "partition-client", "partition-redis", "latency", "control",
+               "control-writes-only"], 16),
+    "long": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-dlockd-resume", "kill-redis",
+              "kill-redis-aof", "pause-redis", "partition-client", "partition-redis", "latency", "control",
+              "control-writes-only", "mixed"], 150),
 }
 # A reset made by a reject rule goes out through the same OUTPUT chain: without the flag test,
 # the rule for the other direction would drop it, and "reject" would act as "drop".
@@ -291,9 +295,10 @@ class Scenario:
         ent = self.clients[cid]
         ent[1] += 1
         daemon = ent[2]
-        port = self.cpx[daemon][2] if self.cpx else self.dlockd[daemon][1]
+        order = [daemon] + ([i for i in range(NDAEMONS) if i != daemon] if self.opts.get("resume_any") else [])
+        addrs = ",".join("127.0.0.1:%d" % (self.cpx[i][2] if self.cpx else self.dlockd[i][1]) for i in order)
         argv = [self.args.python, os.path.join(HERE, "client.py"), "--id", cid, "--gen", str(ent[1]),
-                "--daemon", str(daemon), "--dlockd", "127.0.0.1:%d" % port,
+                "--daemon", str(daemon), "--dlockd", addrs,
                 "--store", "127.0.0.1:%d" % self.sport, "--src", ent[3],
                 "--hist", os.path.join(self.dir, "hist", "%s-%d.jsonl" % (cid, ent[1])),
                 "--seed", str(self.seed), "--ttl-ms", str(TTL_MS), "--locks", LOCKS, "--sem", SEM,
