@@ -171,7 +171,7 @@ static const char *set_value(struct config *cfg, const struct conf_key *k, const
             return "expected an integer";
         break;
     case CONF_LEVEL:
-        return log_parse_level(v, field) ? "expected debug, info, warn or error" : NULL;
+        return log_parse_level(v, field) ? "expected debug, info, notice, warn or error" : NULL;
     }
     if (n < k->min || n > k->max)
         return "out of range";

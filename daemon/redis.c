@@ -161,7 +161,7 @@ void redis_renewed(struct redis *rd)
     if (!rd->jeopardy || rd->state != LINK_UP || !rd->clean)
         return;
     rd->jeopardy = 0;
-    log_info("backend: safe again, every hold renewed");
+    log_notice("backend: safe again, every hold renewed");
     rd->owner->broadcast(rd->d, "SAFE");
 }
 
@@ -439,7 +439,7 @@ static void link_up(struct redis *rd)
     rd->backoff = BACKOFF_MIN_MS;
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->shown = SHOWN_UP;
-    log_info("backend: Redis at %s is up", rd->addr);
+    log_notice("backend: Redis at %s is up", rd->addr);
     release_held(rd);
     if (!rd->d->ready) {
         rd->d->ready = 1;
