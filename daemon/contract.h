@@ -165,6 +165,12 @@ struct contract_reply {
             const redisReply *rep;     /* where they are */
             size_t first;
         } state;                       /* STATUS: OK, what the name is */
+        struct {
+            long long count;           /* holds freed: see contract_forced */
+            int more;                  /* 1 when holds are left (FORCE_MAX in force.lua) */
+            const redisReply *rep;     /* where they are */
+            size_t first;
+        } force;                       /* FORCE: OK */
     };
 };
 
@@ -189,6 +195,8 @@ const struct contract_reply *contract_op_reply(const struct contract_batch *b, i
                                                struct contract_reply *r);
 /* Holder i (from 0, below r->state.nholders) of a STATUS reply. */
 struct contract_holder contract_holder(const struct contract_reply *r, int i);
+/* Hold i (from 0, below r->force.count) that a FORCE reply freed: its hid and token, valid while r is. */
+void contract_forced(const struct contract_reply *r, long long i, const char **hid, const char **token);
 /*
  * Sets *item to the index (from 0) of the pair of ARGV of the j-th lease
  * (from 0) that a renewal's reply rep reports gone (scripts/renew.lua).

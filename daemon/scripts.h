@@ -12,6 +12,7 @@ enum script_id {
 enum op_id {
     OP_ACQUIRE,
     OP_CANCEL,
+    OP_FORCE,
     OP_LATCH,
     OP_LOCK,
     OP_POKE,
