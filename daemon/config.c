@@ -47,6 +47,7 @@ static const struct conf_key keys[] = {
     { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
     { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
     { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE },
+    { "adminpass", CONF_STR, FIELD(adminpass), NULL, 0, 0, LIVE },
     { "protected-mode", CONF_BOOL, FIELD(protected_mode), "yes", 0, 1, RESTART },
     { "auth-timeout", CONF_DURATION, FIELD(auth_timeout), "10s", 100, DMAX, LIVE },
     { "auth-fail-delay", CONF_DURATION, FIELD(auth_fail_delay), "500ms", 0, 60000, LIVE },
@@ -324,9 +325,10 @@ void config_free(struct config *cfg)
     free(cfg->redis_user);
     free(cfg->key_prefix);
     free(cfg->requirepass);
+    free(cfg->adminpass);
     free(cfg->file);
     cfg->redis_user = NULL;
-    cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->file = NULL;
+    cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->adminpass = cfg->file = NULL;
 }
 
 static int same_str(const char *a, const char *b)

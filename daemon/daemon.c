@@ -16,6 +16,7 @@
 #include "hooks.h"
 #include "latch.h"
 #include "log.h"
+#include "oper.h"
 #include "redis.h"
 #include "renew.h"
 #include "reqid.h"
@@ -44,6 +45,8 @@ static void on_message(struct dlockd *d, int latch, const char *msg)
 {
     if (latch)
         latch_on_message(d, msg);
+    else if (msg[0] == 'F')
+        oper_on_message(d, msg);
     else
         wait_on_message(d, msg);
 }
