@@ -134,6 +134,14 @@ static int split(char *s, char **out, int max)
     return n;
 }
 
+/* Records the grant of w's i-th name to s, and says so in the audit trail. */
+static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count)
+{
+    hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
+    log_info("audit: grant name=%s session=%s client=%s mode=%c token=%s count=%s", w->names[i], s->id, s->name,
+             w->hid[0], token, count);
+}
+
 /* Answers w's request with its grant g, or undoes the grant if nobody waits. */
 static void wait_granted(struct wait *w, const struct contract_grant *g)
 {
@@ -157,7 +165,7 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         if (r == NULL || r->c == NULL || s == NULL)
             hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
-            hold_set(s, w->names[i], w->hid, tok[i], atoll(cnt[i]), w->lease);
+            grant_one(s, w, i, tok[i], cnt[i]);
     }
     if (r == NULL || r->c == NULL || s == NULL) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
@@ -621,6 +629,8 @@ static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *
                 req_drop(r);
             } else if (r) {
                 d->stats.timeouts++;
+                log_info("audit: timeout name=%s names=%d session=%s client=%s", w->names[0], w->nnames, r->sid,
+                         w->client);
                 req_reply(r, "TIMEOUT", NULL);
             }
             wait_free(w);
