@@ -25,12 +25,16 @@ struct cli {
     int limit;               /* run --semaphore LIMIT; 0 for a lock */
     long long grace_ms;      /* run --grace: SIGTERM to SIGKILL after a lost lock */
     int timeout_status;      /* run -E: exit status when --wait runs out */
+    const char *adminpass;   /* --adminpass: for ls, sessions, kill, force; else $DLOCK_ADMINPASS */
+    int limit_n;             /* ls, sessions --limit: entries at most */
 };
 
 /* Connects with the settings of c; prints why not and returns NULL on failure. */
 dlock_t *cli_connect(const struct cli *c, dlock_event_cb cb, void *arg);
 /* Prints "dlock: " and the message to stderr (a JSON object with --json). */
 void cli_msg(const struct cli *c, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dlock ls, sessions, kill, force: returns the exit status, or -1 when argv does not fit cmd. */
+int cli_admin(const struct cli *c, const char *cmd, int argc, char **argv);
 /* dlock run: returns the exit status. */
 int cli_run(const struct cli *c, const char *name, char **cmd);
 
