@@ -26,8 +26,6 @@
 
 static void session_ending(struct session *s, int expired)
 {
-    if (expired && (s->hello || s->nholds || s->nwaits))
-        log_info("audit: expired session=%s client=%s holds=%d waits=%d", s->id, s->name, s->nholds, s->nwaits);
     reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);
     hold_release_session(s, expired);
