@@ -12,8 +12,8 @@
 #include "redis.h"
 #include "session.h"
 
-#define SCAN_STEPS 16   /* SCAN calls of one LIST at most */
-#define SCAN_COUNT "256" /* keys each SCAN call looks at, about */
+#define SCAN_STEPS 64     /* SCAN calls of one LIST at most */
+#define SCAN_COUNT "1000" /* keys each SCAN call looks at, about */
 
 /* A LIST being collected. */
 struct census {
