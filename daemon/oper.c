@@ -68,7 +68,6 @@ static const char *who(const struct req *r)
 /* Tells h's session it lost h to the operator and forgets h here (Redis is not told). */
 static void lose(struct dlockd *d, struct hold *h)
 {
-    d->stats.lost++;
     log_info("audit: lost name=%s session=%s client=%s token=%llu reason=admin", h->ln->name, h->s->id, h->s->name,
              h->token);
     conn_session_event(h->s, "LOST %s token=%llu reason=admin", h->ln->name, h->token);
