@@ -102,7 +102,7 @@ start_dlockd() {
     fi
     for _ in 1 2 3 4 5; do
         "$DLOCKD_BIN" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" --maxclients 20000 \
-            --lock-lease "$lease_ms" --log-level warn >> "$tmp/dlockd.log" 2>&1 &
+            --lock-lease "$lease_ms" --log-level notice >> "$tmp/dlockd.log" 2>&1 &
         dpid=$!
         wait_port "$dport" "$dpid" && return 0
         kill "$dpid" 2>/dev/null

@@ -1,5 +1,5 @@
 /* cli.c - dlock, the command-line client of dlockd: the command line, and the status, info
- * and ping commands (run is in cli_run.c). */
+ * and ping commands (run is in cli_run.c, the operator's commands in cli_admin.c). */
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "       dlock [OPTIONS] status NAME\n"
             "       dlock [OPTIONS] info\n"
             "       dlock [OPTIONS] ping\n"
+            "       dlock [OPTIONS] ls [PATTERN] | sessions | kill SESSION | force NAME\n"
             "options: -a, --addr ADDR    dlockd address (HOST:PORT or unix:PATH; default $DLOCK_ADDR, else 127.0.0.1:7411)\n"
             "         -j, --json         output for scripts\n"
             "             --ttl DUR      session ttl      --name NAME   client name\n"
@@ -33,6 +34,8 @@ static void usage(FILE *f)
             "         -S, --semaphore N  take a permit of the semaphore NAME with limit N\n"
             "         -g, --grace DUR    after a lost lock, SIGKILL CMD this long after SIGTERM (default 5s)\n"
             "         -E, --conflict-exit-code N   exit status when the wait runs out (default 75)\n"
+            "operator: -P, --adminpass PASS  the server's adminpass (default $DLOCK_ADMINPASS)\n"
+            "         -l, --limit N      ls, sessions: entries at most (default 100, at most 1000)\n"
             "Several NAMEs are taken all or nothing. Durations: 500ms, 2s, 1m (500 is 500ms, except for --wait);\n"
             "--wait also takes inf. Temporary failures exit 75. See dlock(1).\n");
 }
@@ -311,6 +314,7 @@ static const struct option longopts[] = {
     {"wait", required_argument, NULL, 'w'},  {"nonblock", no_argument, NULL, 'n'},
     {"shared", no_argument, NULL, 's'},      {"semaphore", required_argument, NULL, 'S'},
     {"grace", required_argument, NULL, 'g'}, {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"adminpass", required_argument, NULL, 'P'}, {"limit", required_argument, NULL, 'l'},
     {"help", no_argument, NULL, 'h'},        {"version", no_argument, NULL, 'V'},
     {"command", required_argument, NULL, 'c'}, {"verbose", no_argument, NULL, 'v'},
     {NULL, 0, NULL, 0},
@@ -322,7 +326,7 @@ static int parse_opts(struct cli *c, int argc, char **argv)
     int ch;
 
     optind = 0; /* GNU: start afresh */
-    while ((ch = getopt_long(argc, argv, "+a:jw:nsS:g:E:hVc:v", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+a:jw:nsS:g:E:P:l:hVc:v", longopts, NULL)) != -1) {
         switch (ch) {
         case 'a': c->addr = optarg; break;
         case 'j': c->json = 1; break;
@@ -349,6 +353,11 @@ static int parse_opts(struct cli *c, int argc, char **argv)
             break;
         case 'E':
             if (parse_int(optarg, 0, 255, &c->timeout_status) < 0)
+                goto bad;
+            break;
+        case 'P': c->adminpass = optarg; break;
+        case 'l':
+            if (parse_int(optarg, 1, 1000, &c->limit_n) < 0)
                 goto bad;
             break;
         case 'h': usage(stdout); return 1;
@@ -411,7 +420,7 @@ static int run_operands(struct cli *c, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    struct cli c = {.wait_ms = DLOCK_WAIT_INF, .grace_ms = 5000, .timeout_status = CLI_EXIT_TIMEOUT};
+    struct cli c = {.wait_ms = DLOCK_WAIT_INF, .grace_ms = 5000, .timeout_status = CLI_EXIT_TIMEOUT, .limit_n = 100};
     const char *cmd;
     int rc, usage_status;
 
@@ -437,6 +446,8 @@ int main(int argc, char **argv)
         return cmd_json(&c, NULL);
     } else if (strcmp(cmd, "ping") == 0 && argc == 0) {
         return cmd_ping(&c);
+    } else if ((rc = cli_admin(&c, cmd, argc, argv)) >= 0) {
+        return rc;
     }
     usage(stderr);
     return usage_status;

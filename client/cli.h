@@ -30,6 +30,8 @@ struct cli {
     int limit;               /* run --semaphore LIMIT; 0 for a lock */
     long long grace_ms;      /* run --grace: SIGTERM to SIGKILL after a lost lock */
     int timeout_status;      /* run -E: exit status when --wait runs out */
+    const char *adminpass;   /* --adminpass: for ls, sessions, kill, force; else $DLOCK_ADMINPASS */
+    int limit_n;             /* ls, sessions --limit: entries at most */
 };
 
 /* Connects with the settings of c; on failure prints why (cli_why_unreachable), stores the
@@ -47,6 +49,8 @@ void cli_why_unreachable(const char *addrs, long long timeout_ms, char *buf, siz
 void cli_tell_holders(const struct cli *c, dlock_t *h, const char *const *names, int n);
 /* Prints "dlock: " and the message to stderr (a JSON object with --json). */
 void cli_msg(const struct cli *c, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* dlock ls, sessions, kill, force: returns the exit status, or -1 when argv does not fit cmd. */
+int cli_admin(const struct cli *c, const char *cmd, int argc, char **argv);
 /* dlock run: holds names (1-64, all or nothing) while cmd runs; returns the exit status. */
 int cli_run(const struct cli *c, const char *const *names, int n, char **cmd);
 

@@ -1,6 +1,7 @@
 /* admin.c - libevent's evhttp on admin-listen: Prometheus /metrics, /healthz
- * (200 only while Redis is usable and not in jeopardy) and /status (the INFO document
- * with the effective config, secrets masked). */
+ * (200 only while Redis is usable and not in jeopardy), /status (the INFO document
+ * with the effective config, secrets masked), and /locks and /sessions (the documents
+ * of LIST and SESSIONS). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "admin.h"
+#include "census.h"
 #include "dlockd.h"
 #include "log.h"
 #include "redis.h"
@@ -61,10 +63,85 @@ static void on_status(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+/* Answers an HTTP request with a census document, or 503 when Redis did not give it. */
+static void on_census(struct dlockd *d, json_t *doc, const char *err, void *arg)
+{
+    struct evhttp_request *req = arg;
+    struct evbuffer *body = evbuffer_new();
+    char *json;
+
+    (void)d;
+    if (doc == NULL) {
+        evbuffer_add_printf(body, "backend: %s\n", err);
+        reply(req, 503, "Service Unavailable", "text/plain", body);
+    } else {
+        json = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        evbuffer_add_printf(body, "%s\n", json);
+        free(json);
+        json_decref(doc);
+        reply(req, HTTP_OK, "OK", "application/json", body);
+    }
+    evbuffer_free(body);
+}
+
+/*
+ * Reads ?pattern= and ?limit= as LIST and SESSIONS take them. Returns 0, or
+ * -1 after answering 400. *pattern is NULL when absent, else valid while q is.
+ */
+static int census_query(struct evhttp_request *req, struct evkeyvalq *q, const char **pattern, long long *limit)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), *l;
+    char *end;
+
+    TAILQ_INIT(q);
+    if (query && evhttp_parse_query_str(query, q) != 0) {
+        evhttp_send_error(req, HTTP_BADREQUEST, "bad query");
+        return -1;
+    }
+    *pattern = evhttp_find_header(q, "pattern");
+    *limit = CENSUS_LIMIT_DEFAULT;
+    if ((l = evhttp_find_header(q, "limit")) != NULL)
+        *limit = strtoll(l, &end, 10);
+    if ((l && (*end != '\0' || *limit < 1 || *limit > CENSUS_LIMIT_MAX)) ||
+        (*pattern && !proto_valid_name(*pattern))) {
+        evhttp_clear_headers(q);
+        evhttp_send_error(req, HTTP_BADREQUEST, "limit is 1 to 1000, pattern a glob of a name");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_locks(struct evhttp_request *req, void *arg)
+{
+    struct dlockd *d = arg;
+    struct evkeyvalq q;
+    const char *pattern;
+    long long limit;
+
+    if (census_query(req, &q, &pattern, &limit))
+        return;
+    /* evhttp keeps a request until it is answered, even when its client goes. */
+    if (census_names(d, pattern, limit, on_census, req))
+        on_census(d, NULL, redis_unavailable(d->redis), req);
+    evhttp_clear_headers(&q);
+}
+
+static void on_sessions(struct evhttp_request *req, void *arg)
+{
+    struct evkeyvalq q;
+    const char *pattern;
+    long long limit;
+
+    if (census_query(req, &q, &pattern, &limit))
+        return;
+    census_sessions(arg, limit, on_census, req);
+    evhttp_clear_headers(&q);
+}
+
 static void on_other(struct evhttp_request *req, void *arg)
 {
     (void)arg;
-    evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics, /healthz or /status");
+    evhttp_send_error(req, HTTP_NOTFOUND, "try /metrics, /healthz, /status, /locks or /sessions");
 }
 
 int admin_start(struct dlockd *d)
@@ -86,12 +163,14 @@ int admin_start(struct dlockd *d)
     evhttp_set_cb(d->http, "/metrics", on_metrics, d);
     evhttp_set_cb(d->http, "/healthz", on_healthz, d);
     evhttp_set_cb(d->http, "/status", on_status, d);
+    evhttp_set_cb(d->http, "/locks", on_locks, d);
+    evhttp_set_cb(d->http, "/sessions", on_sessions, d);
     evhttp_set_gencb(d->http, on_other, d);
     if (evhttp_bind_socket(d->http, a->host, (ev_uint16_t)a->port) != 0) {
         log_warn("admin: cannot listen on %s:%d", a->host, a->port);
         return -1;
     }
-    log_info("admin: http://%s:%d/metrics", a->host, a->port);
+    log_notice("admin: http://%s:%d/metrics", a->host, a->port);
     return 0;
 }
 

@@ -1,4 +1,4 @@
-/* admin.h - the HTTP admin endpoint: /metrics, /healthz, /status. */
+/* admin.h - the HTTP admin endpoint: /metrics, /healthz, /status, /locks, /sessions. */
 #ifndef DLOCKD_ADMIN_H
 #define DLOCKD_ADMIN_H
 

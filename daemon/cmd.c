@@ -11,6 +11,7 @@
 #include "latch.h"
 #include "lock.h"
 #include "log.h"
+#include "oper.h"
 #include "redis.h"
 #include "record.h"
 #include "reqid.h"
@@ -18,6 +19,7 @@
 #include "session.h"
 
 #define CMD_PREAUTH (1u << 0) /* allowed before AUTH */
+#define CMD_ADMIN (1u << 1)   /* only after AUTH <adminpass> */
 
 struct cmd {
     enum proto_verb verb;
@@ -112,15 +114,18 @@ static void refuse_later(struct req *r, enum proto_err e)
 }
 
 /*
- * Checks the password of AUTH or HELLO auth=. Returns 1 when it matches (c
- * is then authenticated), else 0 with r answered now or later. One check at
- * a time per connection, and AUTH_TRIES wrong ones at most.
+ * Checks the password of AUTH or HELLO auth=: requirepass, or adminpass,
+ * which also lets c run the operator verbs. Returns 1 when it matches (c
+ * is then authenticated), else 0 with r answered now or later. One check
+ * at a time per connection, and AUTH_TRIES wrong ones at most.
  */
 static int authenticate(struct req *r, const char *password)
 {
     struct conn *c = r->c;
+    const struct config *cfg = &r->d->cfg;
+    int user, admin;
 
-    if (r->d->cfg.requirepass == NULL) {
+    if (cfg->requirepass == NULL && cfg->adminpass == NULL) {
         req_err(r, PROTO_ENOAUTH, "no password is configured");
         return 0;
     }
@@ -128,8 +133,13 @@ static int authenticate(struct req *r, const char *password)
         req_err(r, PROTO_ENOAUTH, "another AUTH is in progress");
         return 0;
     }
-    if (password_ok(r->d->cfg.requirepass, password)) {
+    user = cfg->requirepass && password_ok(cfg->requirepass, password);
+    admin = cfg->adminpass && password_ok(cfg->adminpass, password);
+    if (user || admin) {
+        c->admin = admin;
         conn_authed(c);
+        if (admin)
+            log_info("c%llu: operator authenticated from %s", (unsigned long long)c->id, c->peer);
         return 1;
     }
     c->auth_failures++;
@@ -286,6 +296,10 @@ static const struct cmd cmds[VERB_NVERBS] = {
     [VERB_AWAIT] = { VERB_AWAIT, 0, latch_await },
     [VERB_STATUS] = { VERB_STATUS, 0, lock_status },
     [VERB_INFO] = { VERB_INFO, 0, cmd_info },
+    [VERB_LIST] = { VERB_LIST, CMD_ADMIN, oper_list },
+    [VERB_SESSIONS] = { VERB_SESSIONS, CMD_ADMIN, oper_sessions },
+    [VERB_KILL] = { VERB_KILL, CMD_ADMIN, oper_kill },
+    [VERB_FORCE] = { VERB_FORCE, CMD_ADMIN, oper_force },
 };
 
 void cmd_dispatch(struct req *r)
@@ -314,6 +328,10 @@ void cmd_dispatch(struct req *r)
         conn_authed(c); /* requirepass was turned off by a reload */
     if (!c->authed && !(cmd->flags & CMD_PREAUTH)) {
         req_err(r, PROTO_ENOAUTH, "authentication required");
+        return;
+    }
+    if ((cmd->flags & CMD_ADMIN) && (!c->admin || r->d->cfg.adminpass == NULL)) {
+        req_err(r, PROTO_ENOAUTH, "operator verbs need AUTH with the adminpass");
         return;
     }
     /* Before AUTH there is no session: PING, QUIT, AUTH and HELLO need none. */

@@ -50,6 +50,7 @@ static const struct conf_key keys[] = {
     { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
     { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
     { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE | SECRET },
+    { "adminpass", CONF_STR, FIELD(adminpass), NULL, 0, 0, LIVE | SECRET },
     { "protected-mode", CONF_BOOL, FIELD(protected_mode), "yes", 0, 1, RESTART },
     { "auth-timeout", CONF_DURATION, FIELD(auth_timeout), "10s", 100, DMAX, LIVE },
     { "auth-fail-delay", CONF_DURATION, FIELD(auth_fail_delay), "500ms", 0, 60000, LIVE },
@@ -174,7 +175,7 @@ static const char *set_value(struct config *cfg, const struct conf_key *k, const
             return "expected an integer";
         break;
     case CONF_LEVEL:
-        return log_parse_level(v, field) ? "expected debug, info, warn or error" : NULL;
+        return log_parse_level(v, field) ? "expected debug, info, notice, warn or error" : NULL;
     }
     if (n < k->min || n > k->max)
         return "out of range";
@@ -327,9 +328,10 @@ void config_free(struct config *cfg)
     free(cfg->redis_user);
     free(cfg->key_prefix);
     free(cfg->requirepass);
+    free(cfg->adminpass);
     free(cfg->file);
     cfg->redis_user = NULL;
-    cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->file = NULL;
+    cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->adminpass = cfg->file = NULL;
 }
 
 static int same_str(const char *a, const char *b)

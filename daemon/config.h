@@ -35,6 +35,7 @@ struct config {
     int64_t lock_delay;       /* ms an expired session's holds stay unavailable */
     int64_t backend_timeout;  /* ms */
     char *requirepass;        /* client password, or NULL */
+    char *adminpass;          /* password of the operator verbs (it also satisfies requirepass), or NULL */
     int64_t maxclients;
     int64_t max_line;         /* bytes, with terminator */
     int64_t max_waiters;      /* waiting requests on this daemon */

@@ -62,6 +62,7 @@ struct conn {
     struct session *session;  /* attached session, or NULL */
     uint64_t id;              /* for logs */
     int authed;               /* AUTH done, or no requirepass */
+    int admin;                /* authenticated with adminpass: may run the operator verbs */
     int authing;              /* a wrong password waits for auth-fail-delay; apart from authed,
                                * since an authenticated client may send a wrong AUTH too */
     int auth_failures;        /* wrong passwords so far */

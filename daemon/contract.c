@@ -235,7 +235,7 @@ void contract_batch_grant(const struct contract_batch *b, long long i, struct co
 
 /* OK of each operation: lock (tokens counts 0), acquire (token held free),
  * unlock (counts modes free), latch (count ttl-ms created), poke (retry-ms),
- * status (see status.lua). */
+ * status (see status.lua), force (count more, then hid token of each). */
 static void decode_ok(const redisReply *rep, size_t f, enum op_id op, struct contract_reply *r)
 {
     switch (op) {
@@ -255,6 +255,14 @@ static void decode_ok(const redisReply *rep, size_t f, enum op_id op, struct con
         break;
     case OP_POKE:
         r->retry_ms = redis_elem_int(rep, f);
+        break;
+    case OP_FORCE:
+        r->force.count = redis_elem_int(rep, f);
+        r->force.more = redis_elem_int(rep, f + 1) != 0;
+        r->force.rep = rep;
+        r->force.first = f + 2;
+        if (r->force.count < 0 || rep->elements < f + 2 + 2 * (size_t)r->force.count)
+            r->force.count = rep->elements > f + 2 ? (long long)(rep->elements - f - 2) / 2 : 0;
         break;
     case OP_STATUS:
         str(rep, f, r->state.kind, sizeof(r->state.kind));
@@ -402,6 +410,14 @@ void contract_record_change(char *buf, size_t len, int add, const char *token, c
         snprintf(buf, len, "=%s %c%s %s", token, CONTRACT_REC_INDEX, hid, name);
     else
         snprintf(buf, len, "%c%c%s %s", add ? '+' : '-', CONTRACT_REC_INDEX, hid, name);
+}
+
+void contract_forced(const struct contract_reply *r, long long i, const char **hid, const char **token)
+{
+    size_t at = r->force.first + 2 * (size_t)i;
+
+    *hid = str_in(r->force.rep, at);
+    *token = str_in(r->force.rep, at + 1);
 }
 
 /* renew.lua: item-index (counting pairs from 1), member, of each lease gone. */

@@ -174,6 +174,12 @@ struct contract_reply {
             const redisReply *rep;     /* see contract_adopted */
             size_t first;
         } adopt;                       /* ADOPT: OK */
+        struct {
+            long long count;           /* holds freed: see contract_forced */
+            int more;                  /* 1 when holds are left (FORCE_MAX in force.lua) */
+            const redisReply *rep;     /* where they are */
+            size_t first;
+        } force;                       /* FORCE: OK */
     };
 };
 
@@ -241,6 +247,9 @@ int contract_record_index(const struct contract_record *rec, int j, char *hid, s
  * granted token ("=<token> i<hid> <name>").
  */
 void contract_record_change(char *buf, size_t len, int add, const char *token, const char *hid, const char *name);
+
+/* Hold i (from 0, below r->force.count) that a FORCE reply freed: its hid and token, valid while r is. */
+void contract_forced(const struct contract_reply *r, long long i, const char **hid, const char **token);
 
 /*
  * Sets *item to the index (from 0) of the pair of ARGV of the j-th lease

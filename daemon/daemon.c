@@ -19,6 +19,7 @@
 #include "hooks.h"
 #include "latch.h"
 #include "log.h"
+#include "oper.h"
 #include "record.h"
 #include "redis.h"
 #include "renew.h"
@@ -83,6 +84,8 @@ static void on_message(struct dlockd *d, int latch, const char *msg)
         /* Anyone may publish: the record says whether the session moved. */
         if (session_find(d, sid) && (copy = strdup(sid)) != NULL && record_fetch(d, sid, on_moved, copy))
             free(copy);
+    } else if (msg[0] == 'F') {
+        oper_on_message(d, msg);
     } else {
         wait_on_message(d, msg);
     }

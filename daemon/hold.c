@@ -87,7 +87,8 @@ static void on_lease_end(struct deadline *dl)
     char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1];
 
     conn_session_event(s, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
-    log_debug("s%s: lease of '%s' ended", s->id, h->ln->name);
+    log_info("audit: lost name=%s session=%s client=%s token=%llu reason=lease", h->ln->name, s->id, s->name,
+             h->token);
     snprintf(name, sizeof(name), "%s", h->ln->name);
     snprintf(hid, sizeof(hid), "%s", h->hid);
     drop(s->d, h, 0);
@@ -154,7 +155,8 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
     if (h == NULL || h->token != strtoull(token, NULL, 10))
         return;
     d->stats.lost++;
-    log_info("s%s: lost '%s' token=%llu (%s)", h->s->id, name, h->token, reason);
+    log_info("audit: lost name=%s session=%s client=%s token=%llu reason=%s", name, h->s->id, h->s->name, h->token,
+             reason);
     conn_session_event(h->s, "LOST %s token=%llu reason=%s", name, h->token, reason);
     forget(d, h);
 }
@@ -183,8 +185,11 @@ void hold_release_session(struct session *s, int expired)
     struct hold *h;
 
     while ((h = TAILQ_FIRST(&s->holds)) != NULL) {
-        if (expired)
+        if (expired) {
             conn_event(s->conn, "LOST %s token=%llu reason=expired", h->ln->name, h->token);
+            log_info("audit: lost name=%s session=%s client=%s token=%llu reason=expired", h->ln->name, s->id, s->name,
+                     h->token);
+        }
         drop(s->d, h, expired ? s->d->cfg.lock_delay : 0);
     }
 }

@@ -105,6 +105,7 @@ void lock_acquire(struct req *r)
 static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct op *op = arg;
+    struct session *s = req_session(op->req);
     char counts[CONTRACT_LIST_MAX], hid[HID_MAX + 2], *save;
     const char *count, *modes;
 
@@ -127,6 +128,8 @@ static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *
     for (int i = 0; i < op->nnames && count && 2 * (size_t)i < strlen(modes); i++) {
         snprintf(hid, sizeof(hid), "%c%s", modes[2 * i], op->who);
         hold_count(d, op->names[i], hid, atoll(count));
+        log_info("audit: release name=%s session=%s client=%s count=%s", op->names[i], op->req->sid,
+                 s ? s->name : "-", count);
         count = strtok_r(NULL, ",", &save);
     }
     if (modes[0] == 'p')

@@ -12,7 +12,7 @@
 
 static enum log_level min_level = LEVEL_INFO;
 static int to_syslog;
-static const char *const level_names[] = { "debug", "info", "warn", "error" };
+static const char *const level_names[] = { "debug", "info", "notice", "warn", "error" };
 
 void log_set_level(enum log_level level)
 {
@@ -53,7 +53,7 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
     if (level < min_level)
         return;
     if (to_syslog) {
-        static const int prio[] = { 7 /* debug */, 6 /* info */, 4 /* warning */, 3 /* err */ };
+        static const int prio[] = { 7 /* debug */, 6 /* info */, 5 /* notice */, 4 /* warning */, 3 /* err */ };
         char text[2048];
         vsnprintf(text, sizeof(text), fmt, ap);
         if (errnum)
@@ -82,6 +82,7 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
 
 void log_debug(const char *fmt, ...) { LOG_BODY(LEVEL_DEBUG, 0); }
 void log_info(const char *fmt, ...) { LOG_BODY(LEVEL_INFO, 0); }
+void log_notice(const char *fmt, ...) { LOG_BODY(LEVEL_NOTICE, 0); }
 void log_warnx(const char *fmt, ...) { LOG_BODY(LEVEL_WARN, 0); }
 
 void log_warn(const char *fmt, ...)

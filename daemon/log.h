@@ -2,19 +2,21 @@
 #ifndef DLOCKD_LOG_H
 #define DLOCKD_LOG_H
 
-enum log_level { LEVEL_DEBUG, LEVEL_INFO, LEVEL_WARN, LEVEL_ERROR };
+/* info carries the audit trail of lock events; notice, what the daemon itself does. */
+enum log_level { LEVEL_DEBUG, LEVEL_INFO, LEVEL_NOTICE, LEVEL_WARN, LEVEL_ERROR };
 
 #define LOG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 void log_set_level(enum log_level level);
 /* 1: log to syslog (daemon facility) instead of stderr. */
 void log_set_syslog(int on);
-/* Parses debug, info, warn or error. Returns 0 and sets *level, or -1. */
+/* Parses debug, info, notice, warn or error. Returns 0 and sets *level, or -1. */
 int log_parse_level(const char *s, enum log_level *level);
 const char *log_level_name(enum log_level level);
 
 void log_debug(const char *fmt, ...) LOG_PRINTF(1, 2);
 void log_info(const char *fmt, ...) LOG_PRINTF(1, 2);
+void log_notice(const char *fmt, ...) LOG_PRINTF(1, 2);
 void log_warnx(const char *fmt, ...) LOG_PRINTF(1, 2);
 /* Like log_warnx, with strerror(errno) appended. */
 void log_warn(const char *fmt, ...) LOG_PRINTF(1, 2);

@@ -61,7 +61,7 @@ struct redis {
 
 struct redis_call {
     struct redis *rd;
-    enum script_id id;
+    enum script_id id;        /* SCRIPT_COUNT for a plain command */
     redis_cb *cb, *late;
     void *arg;
     int answered;             /* cb was called */
@@ -167,7 +167,7 @@ void redis_renewed(struct redis *rd)
     if (!rd->jeopardy || rd->state != LINK_UP || !rd->clean)
         return;
     rd->jeopardy = 0;
-    log_info("backend: safe again, every hold renewed");
+    log_notice("backend: safe again, every hold renewed");
     rd->owner->broadcast(rd->d, "SAFE");
 }
 
@@ -225,11 +225,17 @@ static void call_drop(struct redis_call *call)
     call_free(call);
 }
 
+/* The script of a call, or "command" for redis_command's. */
+static const char *call_name(const struct redis_call *call)
+{
+    return call->id < SCRIPT_COUNT ? scripts[call->id].name : "command";
+}
+
 static void call_timeout(struct deadline *dl)
 {
     struct redis_call *call = container_of(dl, struct redis_call, timeout);
 
-    trouble(call->rd, 1, "%s did not answer within %lldms", scripts[call->id].name,
+    trouble(call->rd, 1, "%s did not answer within %lldms", call_name(call),
             (long long)call->rd->d->cfg.backend_timeout);
     call_answer(call, NULL);
 }
@@ -295,7 +301,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     if (r && r->type == REDIS_REPLY_ERROR) {
         /* OOM, BUSY, READONLY...: Redis is there but does not do what dlockd needs. */
-        trouble(rd, 0, "%s: %s", scripts[call->id].name, r->str);
+        trouble(rd, 0, "%s: %s", call_name(call), r->str);
         r = NULL;
     }
     if (!call->answered) {
@@ -353,6 +359,35 @@ int redis_accepts(const struct redis *rd)
     return redis_up(rd) || (rd->state == LINK_HANDSHAKE && rd->shown == SHOWN_NOTHING);
 }
 
+static struct redis_call *call_new(struct redis *rd, enum script_id id, redis_cb *cb, redis_cb *late, void *arg)
+{
+    struct redis_call *call = calloc(1, sizeof(*call));
+
+    if (call == NULL)
+        fatalx("redis: out of memory");
+    call->rd = rd;
+    call->id = id;
+    call->cb = cb;
+    call->late = late;
+    call->arg = arg;
+    deadline_init(&call->timeout, call_timeout);
+    return call;
+}
+
+/* Sends call, or holds it while the first handshake runs. Returns 0, or -1 (call freed). */
+static int call_go(struct redis_call *call)
+{
+    if (!redis_up(call->rd)) {
+        TAILQ_INSERT_TAIL(&call->rd->held, call, in_held);
+        return 0;
+    }
+    if (call_start(call)) {
+        call_free(call);
+        return -1;
+    }
+    return 0;
+}
+
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg)
 {
@@ -363,14 +398,9 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 
     if (!redis_accepts(rd))
         return -1;
-    if ((call = calloc(1, sizeof(*call))) == NULL || (all = malloc((size_t)n * sizeof(*all))) == NULL)
+    if ((all = malloc((size_t)n * sizeof(*all))) == NULL)
         fatalx("redis: out of memory");
-    call->rd = rd;
-    call->id = id;
-    call->cb = cb;
-    call->late = late;
-    call->arg = arg;
-    deadline_init(&call->timeout, call_timeout);
+    call = call_new(rd, id, cb, late, arg);
     snprintf(nk, sizeof(nk), "%d", nkeys);
     /* Before the first SCRIPT LOAD answered (a call held by the first handshake), the body itself. */
     if (scripts[id].function) {
@@ -387,15 +417,21 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     if (redisFormatSdsCommandArgv(&call->cmd, n, all, NULL) < 0)
         fatalx("redis: out of memory");
     free(all);
-    if (!redis_up(rd)) {
-        TAILQ_INSERT_TAIL(&rd->held, call, in_held);
-        return 0;
-    }
-    if (call_start(call)) {
-        call_free(call);
+    return call_go(call);
+}
+
+int redis_command(struct redis *rd, int argc, const char **argv, redis_cb *cb, void *arg)
+{
+    struct redis_call *call;
+
+    if (!redis_accepts(rd))
         return -1;
-    }
-    return 0;
+    call = call_new(rd, SCRIPT_COUNT, cb, NULL, arg);
+    call->retried = 1; /* no script to load again */
+    call->argc = argc;
+    if (redisFormatSdsCommandArgv(&call->cmd, argc, argv, NULL) < 0)
+        fatalx("redis: out of memory");
+    return call_go(call);
 }
 
 /* --- the handshake: AUTH, the eviction policy and the scripts on one connection, AUTH and SUBSCRIBE on the other */
@@ -409,7 +445,7 @@ static void link_up(struct redis *rd)
     rd->backoff = BACKOFF_MIN_MS;
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->shown = SHOWN_UP;
-    log_info("backend: Redis at %s is up", rd->addr);
+    log_notice("backend: Redis at %s is up", rd->addr);
     release_held(rd);
     if (!rd->d->ready) {
         rd->d->ready = 1;

@@ -55,6 +55,13 @@ int redis_accepts(const struct redis *rd);
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg);
 
+/*
+ * Runs a plain command (argv copied; SCAN for LIST) with the same deadline
+ * and answer rules as redis_script, without a late callback. Returns 0, or
+ * -1 when the link is not up (cb is then not called).
+ */
+int redis_command(struct redis *rd, int argc, const char **argv, redis_cb *cb, void *arg);
+
 /* While a callback runs: when its call was sent (monotonic us); else 0. */
 uint64_t redis_answering_sent(const struct redis *rd);
 /* 1 when the link failed (went down, a call timed out or erred) at or since ms (monotonic). */

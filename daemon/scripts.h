@@ -14,6 +14,7 @@ enum op_id {
     OP_ACQUIRE,
     OP_ADOPT,
     OP_CANCEL,
+    OP_FORCE,
     OP_LATCH,
     OP_LOCK,
     OP_POKE,

@@ -90,7 +90,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void)salen;
     if (d->server->failing) {
         d->server->failing = 0;
-        log_info("server: accepting connections again");
+        log_notice("server: accepting connections again");
     }
     peer_name(sa, peer, sizeof(peer));
     conn_accept(d, fd, peer);
@@ -206,7 +206,7 @@ static int listen_inherited(struct dlockd *d, struct server *srv)
         evconnlistener_set_error_cb(l, on_accept_error);
         srv->listeners[srv->n++] = l;
     }
-    log_info("server: listening on %d socket(s) from systemd", srv->n);
+    log_notice("server: listening on %d socket(s) from systemd", srv->n);
     return srv->n;
 }
 
@@ -232,7 +232,7 @@ int server_listen(struct dlockd *d)
         }
         evconnlistener_set_error_cb(l, on_accept_error);
         srv->listeners[srv->n++] = l;
-        log_info("server: listening on %s", name);
+        log_notice("server: listening on %s", name);
     }
     return 0;
 }

@@ -198,7 +198,7 @@ void session_end(struct session *s, enum session_end why)
     if (why == SESSION_EXPIRED) {
         d->stats.expired_sessions++;
         if (s->hello || !TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
-            log_info("s%s: session '%s' expired with %d holds", s->id, s->name, s->nholds);
+            log_info("audit: expired session=%s client=%s holds=%d waits=%d", s->id, s->name, s->nholds, s->nwaits);
     }
     d->hooks->session_ending(s, why == SESSION_EXPIRED);
     deadline_cancel(d->deadlines, &s->expiry);

@@ -139,14 +139,17 @@ static int split(char *s, char **out, int max)
     return n;
 }
 
-/* Records the hold of name that w's grant gives s; a new one goes into the session's record with its token. */
-static void grant_held(struct session *s, const struct wait *w, const char *name, const char *token, long long count)
+/* Records the grant of w's i-th name to s: a new hold goes into the session's record with its
+ * token, and into the audit trail. */
+static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count)
 {
-    const struct hold *h = hold_find(w->d, name, w->hid);
+    const struct hold *h = hold_find(w->d, w->names[i], w->hid);
 
     if (h == NULL || h->token != strtoull(token, NULL, 10))
-        record_granted(s, w->hid, name, token);
-    hold_set(s, name, w->hid, token, count, w->lease);
+        record_granted(s, w->hid, w->names[i], token);
+    hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
+    log_info("audit: grant name=%s session=%s client=%s mode=%c token=%s count=%s", w->names[i], s->id, s->name,
+             w->hid[0], token, count);
 }
 
 /* Answers w's request with its grant g, or undoes the grant if nobody waits. */
@@ -172,7 +175,7 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         if (r == NULL || r->c == NULL || s == NULL)
             hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
-            grant_held(s, w, w->names[i], tok[i], atoll(cnt[i]));
+            grant_one(s, w, i, tok[i], cnt[i]);
     }
     if (r == NULL || r->c == NULL || s == NULL) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
@@ -641,6 +644,8 @@ static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *
                 req_drop(r);
             } else if (r) {
                 d->stats.timeouts++;
+                log_info("audit: timeout name=%s names=%d session=%s client=%s", w->names[0], w->nnames, r->sid,
+                         w->client);
                 req_reply(r, "TIMEOUT", NULL);
             }
             wait_free(w);

@@ -57,6 +57,10 @@ static const struct verb_spec verbs[VERB_NVERBS] = {
     [VERB_AWAIT] = {"AWAIT", 1, 1, 0, 0, PROTO_O_WAIT, 0},
     [VERB_STATUS] = {"STATUS", 1, 1, 0, 0, 0, 0},
     [VERB_INFO] = {"INFO", 0, 0, 0, 0, 0, 0},
+    [VERB_LIST] = {"LIST", 0, 1, 0, 0, PROTO_O_LIMIT, 0},
+    [VERB_SESSIONS] = {"SESSIONS", 0, 0, 0, 0, PROTO_O_LIMIT, 0},
+    [VERB_KILL] = {"KILL", 1, 1, 0, 0, 0, 0},
+    [VERB_FORCE] = {"FORCE", 1, 1, 0, 0, 0, 0},
 };
 
 static const struct {
@@ -456,8 +460,9 @@ static enum proto_err parse_arg(struct parse *p, char *tok, int first)
 {
     char *eq;
 
-    /* The first token after the verb is always a positional, even "shared" or "a=b". */
-    if (first && p->vs->max_pos > 0)
+    /* The first token after the verb is always a positional, even "shared" or "a=b",
+     * unless the positional is optional (LIST's pattern). */
+    if (first && p->vs->min_pos > 0)
         return add_positional(p, tok);
     if ((eq = strchr(tok, '=')) != NULL)
         return parse_option(p, tok, eq);

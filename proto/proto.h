@@ -47,6 +47,10 @@ enum proto_verb {
     VERB_AWAIT,
     VERB_STATUS,
     VERB_INFO,
+    VERB_LIST,
+    VERB_SESSIONS,
+    VERB_KILL,
+    VERB_FORCE,
     VERB_NVERBS
 };
 

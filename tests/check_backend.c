@@ -258,7 +258,7 @@ START_TEST(test_wrong_password)
     }
     h_close(admin);
     REQ_UNTIL(a, "OK token=%d count=1", 5000 + 3000, "LOCK wp");
-    ck_assert_int_eq(h_log_count(d, H_ARGS(" info ", "backend:", addr, "is up")), 1);
+    ck_assert_int_eq(h_log_count(d, H_ARGS(" notice ", "backend:", addr, "is up")), 1);
     ck_assert_msg(h_now_ms() - t0 < 3000 + 5000 + 3000, "took %lld ms", (long long)(h_now_ms() - t0));
 }
 END_TEST

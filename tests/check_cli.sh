@@ -49,10 +49,10 @@ trap 'exit 1' INT TERM
 spawn "$REDIS" --port 0 --unixsocket "$tmp/redis.sock" --save "" --appendonly no --dir "$tmp" >"$tmp/redis.log" 2>&1
 wait_until 5000 test -S "$tmp/redis.sock" || { echo "redis-server did not start"; cat "$tmp/redis.log"; exit 1; }
 spawn "$DLOCKD" --listen "unix:$tmp/dlockd.sock" --redis "unix:$tmp/redis.sock" --session-ttl-min 500ms \
-    --log-level debug >"$tmp/dlockd.log" 2>&1
+    --adminpass cli-b0ss --log-level debug >"$tmp/dlockd.log" 2>&1
 DLOCKD_PID=$!
 export DLOCK_ADDR="unix:$tmp/dlockd.sock"
-unset DLOCK_PASSWORD
+unset DLOCK_PASSWORD DLOCK_ADMINPASS
 wait_until 5000 "$DLOCK" ping || { echo "dlockd did not start"; tail "$tmp/dlockd.log"; exit 1; }
 
 keys0=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$top/daemon/config.c")
@@ -96,6 +96,38 @@ kill -STOP "$DLOCKD_PID"
 kill -CONT "$DLOCKD_PID"
 status_is "ping of a stopped dlockd" 75 $st
 check "it says timed out" grep -q "dlockd.sock: no answer from dlockd (timed out)" "$tmp/err"
+
+# ---------------------------------------------------------------- ls, sessions, kill, force
+
+"$DLOCK" run --name ops-holder ops-1 -- sleep 30 &
+holder=$!
+pids="$pids $holder"
+check "a run holds ops-1" wait_until 5000 held ops-1
+"$DLOCK" ls 2>"$tmp/err"; status_is "ls without the admin password" 1 $?
+check "it says what is missing" grep -q "admin password: --adminpass or \$DLOCK_ADMINPASS" "$tmp/err"
+"$DLOCK" --adminpass wrong ls 2>"$tmp/err"; status_is "ls with a wrong admin password" 1 $?
+check "it says so" grep -q "admin password was refused" "$tmp/err"
+export DLOCK_ADMINPASS=cli-b0ss
+check "ls shows ops-1" sh -c "\"$DLOCK\" ls 'ops-*' | grep -q '^ops-1  *lock  *1  *0\$'"
+check "ls --json" sh -c "\"$DLOCK\" --json ls | grep -q '^{\"names\":\\[.*\"ops-1\".*\"more\":0}\$'"
+check "sessions shows the run" sh -c "\"$DLOCK\" sessions | grep -q ' ops-holder .* 1  *0\$'"
+sid=$("$DLOCK" --json sessions | sed -n 's/.*"session":"\([0-9a-f]*\)","client":"ops-holder".*/\1/p')
+check "sessions --json names the session" matches "$sid" '[0-9a-f]\{16\}$'
+check "force frees ops-1" sh -c "\"$DLOCK\" force ops-1 | grep -qx 'ops-1: 1 hold freed'"
+wait "$holder"; status_is "the run that lost ops-1 to force" 76 $?
+"$DLOCK" run --name ops-victim ops-2 -- sleep 30 &
+victim=$!
+pids="$pids $victim"
+check "a run holds ops-2" wait_until 5000 held ops-2
+sid=$("$DLOCK" --json sessions | sed -n 's/.*"session":"\([0-9a-f]*\)","client":"ops-victim".*/\1/p')
+check "kill ends its session" sh -c "\"$DLOCK\" kill '$sid' | grep -qx 'session $sid ended'"
+wait "$victim"; status_is "the run whose session was killed" 76 $?
+check "ops-2 is free" "$DLOCK" run -n ops-2 -- true
+"$DLOCK" kill 0123456789abcdef 2>"$tmp/err"; status_is "kill of an unknown session" 1 $?
+check "it says why" grep -q "no live session" "$tmp/err"
+"$DLOCK" ls a b 2>/dev/null; status_is "ls with two patterns" 2 $?
+"$DLOCK" --limit 0 ls 2>/dev/null; status_is "ls --limit 0" 2 $?
+unset DLOCK_ADMINPASS
 
 # ---------------------------------------------------------------- run: status, token
 

@@ -1320,7 +1320,8 @@ START_TEST(test_log_session_lines)
     ck_assert_msg(h_log_wait(d, H_ARGS(" info ", sid, "'logx'", "opened"), 1, 2000) == 1,
                   "no info line with session %s, 'logx' and 'opened'", sid);
     H_EVENT(c, "* BYE reason=expired", 5000);
-    ck_assert_msg(h_log_wait(d, H_ARGS(" info ", sid, "logx", "expired"), 1, 2000) == 1,
+    /* and the audit line of its hold, lost with reason=expired */
+    ck_assert_msg(h_log_wait(d, H_ARGS(" info ", sid, "logx", "expired"), 2, 2000) == 2,
                   "no info line with session %s, logx and 'expired'", sid);
 }
 END_TEST

@@ -71,10 +71,12 @@ END_TEST
 START_TEST(test_verb_names)
 {
     static const char *const want[] = {"HELLO", "PING", "QUIT", "AUTH", "LOCK", "UNLOCK", "ACQUIRE",
-                                       "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS", "INFO"};
+                                       "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS", "INFO",
+                                       "LIST", "SESSIONS", "KILL", "FORCE"};
     /* the smallest valid request of each verb */
     static const char *const args[] = {"", "", "", " pw", " x", " x", " x limit=1",
-                                       " x", " x count=1", " x", " x", " x", ""};
+                                       " x", " x count=1", " x", " x", " x", "",
+                                       "", "", " 0123456789abcdef", " x"};
     struct proto_req req;
 
     ck_assert_int_eq(sizeof(want) / sizeof(want[0]), VERB_NVERBS);
