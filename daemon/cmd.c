@@ -149,9 +149,62 @@ static int authenticate(struct req *r, const char *password)
     return 0;
 }
 
+/* A HELLO whose answer waits for its session's record to be written. */
+struct hello_wait {
+    struct req *r;                              /* NULL once the request is gone */
+    char sid[DLOCKD_ID_LEN + 1];
+    char secret[SESSION_SECRET_LEN + 1];
+    int resumed;
+};
+
+/* Sends the OK of a HELLO, then what the session must hear at once. */
+static void hello_answer(struct req *r, struct session *s, const char *secret, int resumed)
+{
+    struct conn *c = r->c;
+
+    req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
+              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
+    /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
+    if (redis_jeopardy(c->d->redis))
+        conn_event(c, "JEOPARDY");
+    if (resumed)
+        conn_resumed(c);
+}
+
+static void hello_gone(struct req *r)
+{
+    struct hello_wait *hw = r->ctx;
+
+    hw->r = NULL;
+    req_drop(r);
+}
+
+static void on_record_written(struct dlockd *d, void *arg)
+{
+    struct hello_wait *hw = arg;
+    struct req *r = hw->r;
+    struct session *s = session_find(d, hw->sid);
+
+    if (r) {
+        r->gone = NULL;
+        if (s)
+            hello_answer(r, s, hw->secret, hw->resumed);
+        else
+            req_err(r, PROTO_ENOSESSION, "session ended");
+    }
+    explicit_bzero(hw->secret, sizeof(hw->secret));
+    free(hw);
+}
+
+/*
+ * Answers a HELLO once s's record in Redis says this daemon has it (the
+ * client may resume it on another daemon as soon as it reads the OK), or
+ * at once when it cannot be written now (the renewal writes it later).
+ */
 static void hello_reply(struct req *r, struct session *s, const char *secret, int resumed)
 {
     struct conn *c = r->c;
+    struct hello_wait *hw;
 
     session_touch(s);
     s->hello = 1;
@@ -162,14 +215,19 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
-    req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
-              secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
+    if ((hw = calloc(1, sizeof(*hw))) == NULL)
+        fatalx("cmd: out of memory");
+    *hw = (struct hello_wait){ .r = r, .resumed = resumed };
+    memcpy(hw->sid, s->id, sizeof(hw->sid));
+    snprintf(hw->secret, sizeof(hw->secret), "%s", secret);
     /* Its record says which daemon has it now: one that had it before lets go. */
-    if (s->has_secret)
-        record_put(s, c->peer);
-    /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
-    if (redis_jeopardy(c->d->redis))
-        conn_event(c, "JEOPARDY");
+    if (record_put(s, on_record_written, hw) == 0) {
+        r->gone = hello_gone;
+        r->ctx = hw;
+        return;
+    }
+    free(hw);
+    hello_answer(r, s, secret, resumed);
 }
 
 /* Attaches s to r's connection; the connection's own session is dropped
@@ -188,10 +246,7 @@ static void hello_attach(struct req *r, struct session *s)
 
 static void hello_resumed(struct req *r, struct session *s)
 {
-    struct conn *c = r->c;
-
     hello_reply(r, s, r->pr.secret, 1);
-    conn_resumed(c);
 }
 
 /* A session resumed from Redis whose holds could not all be adopted: the
@@ -209,33 +264,40 @@ static void hello_refused(struct req *r)
     refuse_later(r, PROTO_ENOSESSION);
 }
 
-static void hello_resume(struct req *r);
+/* The session is this daemon's: resumed from memory, with its secret checked. */
+static void hello_local(struct req *r)
+{
+    struct session *s = session_check(r->d, r->pr.session, (r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "");
+
+    if (s == NULL) {
+        refuse_later(r, PROTO_ENOSESSION);
+        return;
+    }
+    hello_attach(r, s);
+    hello_resumed(r, s);
+}
+
+/* s here is a stale copy: another daemon has the session now. */
+static void hello_stale(struct session *s)
+{
+    conn_moved_away(s);
+    session_drop(s);
+}
 
 static const struct resume_answers resume_answers = {
     .attach = hello_attach,
     .resumed = hello_resumed,
     .failed = hello_failed,
     .refused = hello_refused,
-    .again = hello_resume,
+    .local = hello_local,
+    .stale = hello_stale,
 };
 
-/* HELLO session= secret=: moves the session here, from this daemon or
- * from its record in Redis. */
+/* HELLO session= secret=: moves the session here, from this daemon or from
+ * its record in Redis, whichever has it (resume.c asks the record). */
 static void hello_resume(struct req *r)
 {
-    struct session *old;
-
-    if (session_find(r->d, r->pr.session) == NULL) {
-        resume_from_record(r, &resume_answers);
-        return;
-    }
-    old = session_check(r->d, r->pr.session, (r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "");
-    if (old == NULL) {
-        refuse_later(r, PROTO_ENOSESSION);
-        return;
-    }
-    hello_attach(r, old);
-    hello_resumed(r, old);
+    resume_from_record(r, &resume_answers);
 }
 
 static void cmd_hello(struct req *r)

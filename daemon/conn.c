@@ -778,6 +778,18 @@ void conn_attach(struct conn *c, struct session *s)
     }
 }
 
+void conn_moved_away(struct session *s)
+{
+    struct conn *c = s->conn;
+
+    if (c == NULL)
+        return;
+    c->session = NULL;
+    s->conn = NULL;
+    conn_event(c, "BYE reason=moved");
+    conn_close_soon(c, "session moved");
+}
+
 void conn_session_ended(struct conn *c, int expired)
 {
     c->session = NULL;

@@ -143,6 +143,8 @@ void conn_quit(struct conn *c, struct req *r);
  * is told * BYE reason=moved and closed (its waits are cancelled).
  */
 void conn_attach(struct conn *c, struct session *s);
+/* s moved to another daemon: its connection, if any, is told * BYE reason=moved and closed. */
+void conn_moved_away(struct session *s);
 /* c's session ended: c has none now; after its expiry c is told * BYE and closed. */
 void conn_session_ended(struct conn *c, int expired);
 /* Marks c authenticated and gives it a fresh session if it has none. */

@@ -53,22 +53,34 @@ static void hold_ended(struct session *s, const char *hid, const char *name)
         record_index(s, hid, name, 0);
 }
 
-/* The record of a session said to have moved: another daemon has it (or it
- * ended there), so it goes from here, holds and record left as they are. */
+static void each_index(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),
+                       void *arg)
+{
+    const struct hold *h;
+    const struct wait *w;
+
+    TAILQ_FOREACH(h, &s->holds, in_session) {
+        char token[TOKEN_MAX];
+        snprintf(token, sizeof(token), "%llu", h->token);
+        fn(h->hid, h->ln->name, token, arg);
+    }
+    TAILQ_FOREACH(w, &s->waits, in_session)
+        for (int i = 0; i < w->nnames; i++)
+            fn(w->hid, w->names[i], "0", arg);
+}
+
+/* The record of a session said to have moved: when another daemon has it,
+ * it goes from here, holds and record left as they are. */
 static void on_moved(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
 {
     char *sid = arg;
     struct session *s = session_find(d, sid);
 
-    if (s && answered && (rec == NULL || strcmp(rec->daemon, d->id) != 0)) {
-        struct conn *c = s->conn;
-        log_info("s%s: session moved to daemon %s", s->id, rec ? rec->daemon : "(ended)");
-        if (c) {
-            conn_session_ended(c, 0);
-            s->conn = NULL;
-            conn_event(c, "BYE reason=moved");
-            conn_close_soon(c, "session moved");
-        }
+    (void)answered;
+    /* No record proves nothing: the message may be forged, or Redis lost it. */
+    if (s && rec && strcmp(rec->daemon, d->id) != 0) {
+        log_info("s%s: session moved to daemon %s", s->id, rec->daemon);
+        conn_moved_away(s);
         session_drop(s);
     }
     free(sid);
@@ -101,6 +113,7 @@ static const struct hooks hooks = {
     .dropped = reqid_dropped,
     .script = batch_op,
     .hold_ended = hold_ended,
+    .each_index = each_index,
 };
 
 static const struct redis_owner redis_owner = {

@@ -22,6 +22,8 @@ struct hooks {
     int (*script)(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
                   const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
     void (*hold_ended)(struct session *s, const char *hid, const char *name); /* a hold here ended: unindex it */
+    void (*each_index)(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),
+                       void *arg); /* what s's record indexes: its holds (token) and its waits' names ("0") */
 };
 
 #endif

@@ -1,6 +1,7 @@
 /* record.c - a session's record in Redis (scripts/session.lua): written at
  * HELLO, claimed by the daemon the session resumes on, indexed with the names
  * it may hold, kept alive by the renewal, deleted when the session ends. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,7 +9,9 @@
 #include <event2/event.h>
 
 #include "dict.h"
+#include "conn.h"
 #include "hold.h"
+#include "hooks.h"
 #include "log.h"
 #include "record.h"
 #include "redis.h"
@@ -46,22 +49,101 @@ static long long expiry_ms(const struct session *s)
     return (left > s->d->cfg.lock_lease ? left : s->d->cfg.lock_lease) + RECORD_MARGIN_MS;
 }
 
-void record_put(struct session *s, const char *peer)
+/* A put in flight: the session it is for, and who waits for it. */
+struct put {
+    char sid[DLOCKD_ID_LEN + 1];
+    void (*done)(struct dlockd *d, void *arg);
+    void *arg;
+};
+
+static void on_put(struct dlockd *d, redisReply *rep, void *arg)
+{
+    struct put *p = arg;
+    struct session *s = session_find(d, p->sid);
+
+    if (s && (rep == NULL || rep->type == REDIS_REPLY_ERROR))
+        s->record_dirty = 1; /* the next renewal writes it whole */
+    if (p->done)
+        p->done(d, p->arg);
+    free(p);
+}
+
+/* Appends "i<hid> <name>" and its token ("0" for a wait's name) to argv's strings in buf. */
+struct putv {
+    const char **argv;
+    int argc, cap;
+    char *buf;
+    size_t len, bufcap;
+};
+
+static void putv_add(struct putv *v, const char *str)
+{
+    size_t len = strlen(str) + 1;
+
+    if (v->argc == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 32;
+        if ((v->argv = realloc(v->argv, (size_t)v->cap * sizeof(*v->argv))) == NULL)
+            fatalx("record: out of memory");
+    }
+    if (v->len + len > v->bufcap) {
+        /* offsets, not pointers, until the end: buf may move */
+        v->bufcap = (v->len + len) * 2;
+        if ((v->buf = realloc(v->buf, v->bufcap)) == NULL)
+            fatalx("record: out of memory");
+    }
+    memcpy(v->buf + v->len, str, len);
+    v->argv[v->argc++] = (const char *)(uintptr_t)v->len;
+    v->len += len;
+}
+
+static void put_entry(const char *hid, const char *name, const char *token, void *arg)
+{
+    char field[CONTRACT_KEY_MAX + HID_MAX + 32];
+
+    contract_record_change(field, sizeof(field), 1, NULL, hid, name);
+    putv_add(arg, field + 1);
+    putv_add(arg, token);
+}
+
+int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), void *arg)
 {
     struct dlockd *d = s->d;
     char key[CONTRACT_KEY_MAX], ms[24], ttl[24], hash[2 * SESSION_HASH_LEN + 1];
-    const char *argv[] = { key, "put", d->cfg.key_prefix, s->id, ms,
-                           CONTRACT_REC_DAEMON, d->id, CONTRACT_REC_CLIENT, s->name, CONTRACT_REC_TTL, ttl,
-                           CONTRACT_REC_HASH, hash, CONTRACT_REC_PEER, peer };
+    const char *head[] = { "put", d->cfg.key_prefix, s->id, ms, CONTRACT_REC_DAEMON, d->id, CONTRACT_REC_CLIENT,
+                           s->name, CONTRACT_REC_TTL, ttl, CONTRACT_REC_HASH, hash, CONTRACT_REC_PEER,
+                           s->conn ? s->conn->peer : "" };
+    struct putv v = { 0 };
+    struct put *p;
+    int rc = 0;
 
+    if (!s->has_secret)
+        return -1;
     session_key(key, sizeof(key), s);
     snprintf(ms, sizeof(ms), "%lld", expiry_ms(s));
     snprintf(ttl, sizeof(ttl), "%lld", (long long)s->ttl);
     for (int i = 0; i < SESSION_HASH_LEN; i++)
         snprintf(hash + 2 * i, 3, "%02x", s->secret_hash[i]);
-    if (redis_script(d->redis, SCRIPT_SESSION, 1, (int)(sizeof(argv) / sizeof(argv[0])), argv, on_done, NULL,
-                     NULL))
-        log_debug("record: s%s not written: no link", s->id);
+    putv_add(&v, key);
+    for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
+        putv_add(&v, head[i]);
+    /* The whole index: what the session holds, and may be granted. */
+    d->hooks->each_index(s, put_entry, &v);
+    for (int i = 0; i < v.argc; i++)
+        v.argv[i] = v.buf + (uintptr_t)v.argv[i];
+    if ((p = calloc(1, sizeof(*p))) == NULL)
+        fatalx("record: out of memory");
+    memcpy(p->sid, s->id, sizeof(p->sid));
+    p->done = done;
+    p->arg = arg;
+    s->record_dirty = 0;
+    if (redis_script(d->redis, SCRIPT_SESSION, 1, v.argc, v.argv, on_put, NULL, p)) {
+        s->record_dirty = 1;
+        free(p);
+        rc = -1;
+    }
+    free(v.argv);
+    free(v.buf);
+    return rc;
 }
 
 struct fetch {
@@ -171,12 +253,12 @@ void record_flush(struct dlockd *d)
 void record_delete(struct session *s)
 {
     char key[CONTRACT_KEY_MAX];
-    const char *argv[] = { key, "del" };
+    const char *argv[] = { key, "del", s->d->id };
 
     if (!s->has_secret)
         return;
     session_key(key, sizeof(key), s);
-    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 2, argv, on_done, NULL, NULL))
+    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 3, argv, on_done, NULL, NULL))
         log_debug("record: s%s left to expire: no link", s->id);
 }
 
@@ -185,10 +267,26 @@ struct touch {
     int n;
     char keys[TOUCH_BATCH][CONTRACT_KEY_MAX];
     char ms[TOUCH_BATCH][24];
+    char sids[TOUCH_BATCH][DLOCKD_ID_LEN + 1];
 };
 
-static void touch_send(struct dlockd *d, struct touch *t)
+/* The records Redis no longer has (it lost them, or never got them) are written again whole. */
+static void on_touched(struct dlockd *d, redisReply *rep, void *arg)
 {
+    struct touch *t = arg;
+
+    for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
+        long long at = redis_elem_int(rep, i) - 1;
+        struct session *s = at >= 0 && at < t->n ? session_find(d, t->sids[at]) : NULL;
+        if (s)
+            record_put(s, NULL, NULL);
+    }
+    free(t);
+}
+
+static void touch_send(struct dlockd *d, struct touch **tp)
+{
+    struct touch *t = *tp;
     const char *argv[2 * TOUCH_BATCH + 1];
 
     if (t->n == 0)
@@ -198,23 +296,32 @@ static void touch_send(struct dlockd *d, struct touch *t)
         argv[t->n + 1 + i] = t->ms[i];
     }
     argv[t->n] = "touch";
-    if (redis_script(d->redis, SCRIPT_SESSION, t->n, 2 * t->n + 1, argv, on_done, NULL, NULL))
+    if (redis_script(d->redis, SCRIPT_SESSION, t->n, 2 * t->n + 1, argv, on_touched, NULL, t)) {
         log_debug("record: %d records not renewed: no link", t->n);
-    t->n = 0;
+        t->n = 0;
+        return;
+    }
+    if ((*tp = calloc(1, sizeof(**tp))) == NULL)
+        fatalx("record: out of memory");
 }
 
 static int touch_one(const char *key, void *val, void *arg)
 {
     struct session *s = val;
-    struct touch *t = arg;
+    struct touch **tp = arg, *t = *tp;
 
     (void)key;
     if (!s->has_secret)
         return 0;
+    if (s->record_dirty) {
+        record_put(s, NULL, NULL);
+        return 0;
+    }
     session_key(t->keys[t->n], sizeof(t->keys[t->n]), s);
     snprintf(t->ms[t->n], sizeof(t->ms[t->n]), "%lld", expiry_ms(s));
+    memcpy(t->sids[t->n], s->id, sizeof(t->sids[t->n]));
     if (++t->n == TOUCH_BATCH)
-        touch_send(s->d, t);
+        touch_send(s->d, tp);
     return 0;
 }
 
@@ -224,8 +331,8 @@ void record_renew(struct dlockd *d)
 
     if (t == NULL)
         fatalx("record: out of memory");
-    dict_each(d->sessions, touch_one, t);
-    touch_send(d, t);
+    dict_each(d->sessions, touch_one, &t);
+    touch_send(d, &t);
     free(t);
 }
 

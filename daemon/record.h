@@ -11,11 +11,15 @@ struct session;
 typedef void record_cb(struct dlockd *d, const struct contract_record *rec, int answered, void *arg);
 
 /*
- * Writes s's record (daemon, client name, ttl, hash of its secret, peer)
- * and makes it this daemon's: a daemon that had it before is told to let
- * go. For a session with a secret only.
+ * Writes s's record whole (daemon, client name, ttl, hash of its secret,
+ * peer, and the index of its holds and waits) and makes it this daemon's: a
+ * daemon that had it before is told to let go. For a session with a secret
+ * only; when Redis does not take it, the next renewal writes it again.
+ * done (may be NULL) is called with arg once Redis answered or gave up;
+ * returns 0 then, or -1 when nothing was sent (no secret, no link): done
+ * is not called.
  */
-void record_put(struct session *s, const char *peer);
+int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), void *arg);
 /* Reads the record of session sid; cb is called once, never before this returns. Returns 0, or -1 (no link). */
 int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg);
 /*
@@ -30,7 +34,8 @@ void record_granted(struct session *s, const char *hid, const char *name, const 
 void record_flush(struct dlockd *d);
 /* Deletes s's record: the session ended. */
 void record_delete(struct session *s);
-/* Moves on the expiry of the records of every session here with a secret (the renewal's cycle). */
+/* Moves on the expiry of the records of every session here with a secret (the renewal's cycle);
+ * one Redis lost or never got is written again whole. */
 void record_renew(struct dlockd *d);
 /* Drops the index changes not sent (shutdown). */
 void record_free_all(struct dlockd *d);

@@ -55,12 +55,17 @@ static void finish(struct resume *rs)
     struct session *s = session_find(rs->d, rs->sid);
     struct req *r = take(rs);
 
-    if (r && s && !rs->failed)
+    if (r && s && !rs->failed) {
         rs->ans->resumed(r, s);
-    else if (r && s)
+    } else if (r && s) {
         rs->ans->failed(r, s); /* some holds may not be this daemon's: the client resumes again */
-    else if (r)
+    } else if (r) {
         req_err(r, PROTO_EBACKEND, "the session ended while it was resumed");
+    } else if (s && !rs->failed) {
+        record_put(s, NULL, NULL); /* its client left meanwhile: the session is this daemon's now all the same */
+    } else if (s) {
+        session_drop(s); /* not all adopted: it stays with the daemon the record names */
+    }
     free(rs);
 }
 
@@ -160,13 +165,17 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
         free(rs);
         return;
     }
+    if ((s = session_find(d, rs->sid)) != NULL) {
+        if (!answered || rec == NULL || strcmp(rec->daemon, d->id) == 0) {
+            rs->ans->local(take(rs));
+            free(rs);
+            return;
+        }
+        /* It moved to another daemon since: this copy goes, and the record decides. */
+        rs->ans->stale(s);
+    }
     if (!answered) {
         req_err(take(rs), PROTO_EBACKEND, "Redis did not answer in time");
-        free(rs);
-        return;
-    }
-    if (session_find(d, rs->sid)) { /* resumed here by another HELLO meanwhile */
-        rs->ans->again(take(rs));
         free(rs);
         return;
     }
@@ -180,11 +189,23 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     adopt_all(rs, rec);
 }
 
+/* 1 when id can be a session's: DLOCKD_ID_LEN hex digits. */
+static int well_formed(const char *id)
+{
+    size_t n = strspn(id, "0123456789abcdef");
+
+    return n == DLOCKD_ID_LEN && id[n] == '\0';
+}
+
 void resume_from_record(struct req *r, const struct resume_answers *ans)
 {
-    struct resume *rs = calloc(1, sizeof(*rs));
+    struct resume *rs;
 
-    if (rs == NULL)
+    if (!well_formed(r->pr.session)) {
+        ans->refused(r);
+        return;
+    }
+    if ((rs = calloc(1, sizeof(*rs))) == NULL)
         fatalx("resume: out of memory");
     rs->d = r->d;
     rs->r = r;
@@ -192,7 +213,10 @@ void resume_from_record(struct req *r, const struct resume_answers *ans)
     snprintf(rs->sid, sizeof(rs->sid), "%s", r->pr.session);
     if (record_fetch(r->d, rs->sid, on_record, rs)) {
         free(rs);
-        req_err(r, PROTO_EBACKEND, "%s", "Redis is not reachable");
+        if (session_find(r->d, r->pr.session))
+            ans->local(r); /* no link: a session here resumes from memory */
+        else
+            req_err(r, PROTO_EBACKEND, "%s", "Redis is not reachable");
         return;
     }
     r->gone = resume_gone;

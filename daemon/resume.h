@@ -11,13 +11,15 @@ struct resume_answers {
     void (*resumed)(struct req *r, struct session *s); /* s and its live holds are this daemon's: OK */
     void (*failed)(struct req *r, struct session *s);  /* Redis did not answer: drop s here, ERR BACKEND */
     void (*refused)(struct req *r);                    /* no such record, or a wrong secret: ERR NOSESSION */
-    void (*again)(struct req *r);                      /* the session came here meanwhile: resume it as usual */
+    void (*local)(struct req *r);                      /* the session is this daemon's: resume it from memory */
+    void (*stale)(struct session *s);                  /* s here is a copy of a session another daemon has: drop it */
 };
 
 /*
- * Resumes the session r->pr.session from its record in Redis (record.c),
- * with the secret r carries, and answers r through ans (not copied) once
- * the session's holds are adopted.
+ * Resumes the session r->pr.session: from this daemon's memory when its
+ * record in Redis (record.c) says it is this daemon's (or Redis does not
+ * answer and it is here), else from the record, with the secret r carries,
+ * answering r through ans (not copied) once its holds are adopted.
  */
 void resume_from_record(struct req *r, const struct resume_answers *ans);
 

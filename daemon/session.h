@@ -33,6 +33,7 @@ struct session {
     int nlatches;                 /* latches it created that have not ended (latch.c) */
     int hello;                    /* opened or named by HELLO: its end is logged */
     int has_secret;               /* HELLO gave it a secret: it can be resumed */
+    int record_dirty;             /* its record in Redis may be missing or stale: written whole at the next renewal */
     unsigned char secret_hash[SESSION_HASH_LEN]; /* SHA-256 of that secret, never the secret */
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
     TAILQ_HEAD(, idrec) idlist;   /* the answered ones, oldest first */

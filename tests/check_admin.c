@@ -178,8 +178,8 @@ START_TEST(test_sessions)
     ck_assert_int_eq(count_of(r, "\"session\":"), 1);
 
     /* Detached, it is still there, with no peer. */
-    h_close(a);
     snprintf(want, sizeof want, "{\"session\":\"%s\",\"client\":\"alice\",\"peer\":\"\",", a->session);
+    h_close(a);
     for (int i = 0; i < 50 && !h_json_has(r = H_REQ(o, "OK {%*}", "SESSIONS"), want); i++)
         h_sleep_ms(50);
     ck_assert_msg(h_json_has(r, want), "%s", r);

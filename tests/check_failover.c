@@ -121,6 +121,128 @@ START_TEST(test_forged_move)
 }
 END_TEST
 
+/* Cuts the pub/sub connection of the first daemon (the oldest subscriber): an "M" published
+ * while it reconnects reaches nobody. */
+static void miss_messages(void)
+{
+    char *list = h_redis_cmd(R->port, "CLIENT", "LIST", "TYPE", "pubsub", NULL), *save = NULL, id[32] = "";
+    long long best = -1;
+
+    for (char *l = strtok_r(list, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        long long n = strtoll(l + 3, NULL, 10);
+        if (strncmp(l, "id=", 3) == 0 && (best < 0 || n < best))
+            best = n;
+    }
+    free(list);
+    ck_assert_int_ge(best, 0);
+    snprintf(id, sizeof id, "%lld", best);
+    free(h_redis_cmd(R->port, "CLIENT", "KILL", "ID", id, NULL));
+}
+
+/* The daemon that had a session missed the move and lets its copy expire: the holds the other
+ * daemon adopted are not released (only the daemon that has a hold's session releases it), and
+ * the record stays. */
+START_TEST(test_stale_copy_expires_harmlessly)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=2s"), *b = H_CLIENT(D, "name=bob"), *a2;
+    long long t = H_LOCK_NEW(a, "st");
+    char pat[100], key[128];
+
+    miss_messages();
+    a2 = resume_on(d2, a);
+    snprintf(key, sizeof key, "dlock:{%s}:session", a->session);
+    h_close(a);
+    for (int i = 0; i < 8; i++) { /* 4 s: the copy on the first daemon expires meanwhile */
+        h_sleep_ms(500);
+        H_REQ(a2, "OK", "PING");
+    }
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK st");
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a2, pat, "LOCK st");
+    ck_assert_int_eq(h_redis_int(R->port, "EXISTS", key, NULL), 1);
+}
+END_TEST
+
+/* Back to a daemon that still has a stale copy: the record says where the session is, and the
+ * holds taken elsewhere come along. */
+START_TEST(test_resume_back_to_stale_copy)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *b = H_CLIENT(D, "name=bob"), *a2, *a3;
+    long long t;
+    char pat[100];
+
+    miss_messages();
+    a2 = resume_on(d2, a);
+    t = H_LOCK_NEW(a2, "back");
+    h_close(a2);
+    /* The first daemon reaches Redis again before the client comes back to it. */
+    for (int i = 0; i < 100 && !h_json_has(H_REQ(b, "OK {%*}", "INFO"), "\"backend\":\"up\""); i++)
+        h_sleep_ms(50);
+    a3 = resume_on(D, a);
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a3, pat, "LOCK back");
+    H_REQ(a3, "OK count=0", "UNLOCK back all");
+    ck_assert_int_gt(H_LOCK_NEW(b, "back"), t);
+}
+END_TEST
+
+/* Holds taken before the first HELLO go into the record the HELLO writes. */
+START_TEST(test_holds_before_hello_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CONNECT(D->port), *b = H_CLIENT(d2, "name=bob"), *a2;
+    const char *r;
+    long long t;
+    char pat[100];
+
+    t = H_KV_INT(H_REQ(a, "OK token=%d count=1", "LOCK early"), "token");
+    r = H_REQ(a, "OK session=%w secret=%w %*", "HELLO name=alice ttl=30s");
+    ck_assert_int_eq(h_kv(r, "session", a->session, sizeof a->session), 0);
+    ck_assert_int_eq(h_kv(r, "secret", a->secret, sizeof a->secret), 0);
+    a2 = resume_on(d2, a);
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a2, pat, "LOCK early");
+    H_REQ(b, "BUSY holder=%w ttl=%d", "LOCK early");
+}
+END_TEST
+
+/* A session id that is not one is refused at once, whatever is in memory or in Redis. */
+START_TEST(test_malformed_session_id)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *x = H_CONNECT(D->port);
+    long long before = h_redis_cmdstat(R->port, "evalsha");
+
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%sX secret=%s", a->session, a->secret);
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%.15s secret=%s", a->session, a->secret);
+    ck_assert_int_lt(h_redis_cmdstat(R->port, "evalsha") - before, 20);
+}
+END_TEST
+
+/* A forged "M" for a session with no record (no HELLO) moves nothing either. */
+START_TEST(test_forged_move_no_record)
+{
+    struct h_conn *a = H_CONNECT(D->port), *b = H_CLIENT(D, "name=bob");
+    const char *info = H_REQ(b, "OK {%*}", "INFO"), *p = strstr(info, "\"id\":\""), *st;
+    char id[64], channel[100], msg[100], sid[32];
+
+    ck_assert_ptr_nonnull(p);
+    snprintf(id, sizeof id, "%.16s", p + 6);
+    H_REQ(a, "OK token=%d count=1", "LOCK fn");
+    st = H_REQ(a, "OK {%*}", "STATUS fn");
+    p = strstr(st, "\"session\":\"");
+    ck_assert_ptr_nonnull(p);
+    snprintf(sid, sizeof sid, "%.16s", p + 11);
+    snprintf(channel, sizeof channel, "dlock:%s", id);
+    snprintf(msg, sizeof msg, "M %s", sid);
+    ck_assert_int_eq(h_redis_int(R->port, "PUBLISH", channel, msg, NULL), 1);
+    h_sleep_ms(300);
+    H_REQ(a, "OK", "PING");
+    ck_assert_ptr_null(h_event(a, "* BYE %*", 200));
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
     Suite *s = suite_create("failover");
@@ -133,6 +255,11 @@ static Suite *failover_suite(void)
     tcase_add_test(tc, test_resume_after_restart);
     tcase_add_test(tc, test_resume_refused);
     tcase_add_test(tc, test_forged_move);
+    tcase_add_test(tc, test_stale_copy_expires_harmlessly);
+    tcase_add_test(tc, test_resume_back_to_stale_copy);
+    tcase_add_test(tc, test_holds_before_hello_resume);
+    tcase_add_test(tc, test_malformed_session_id);
+    tcase_add_test(tc, test_forged_move_no_record);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -13,8 +13,9 @@
 --            "+field" (added, value 0), "=token field" (its hold was granted
 --            that token) or "-field" (deleted). A record that is gone stays
 --            gone.
---   touch    KEYS: records; ARGV: the expiry (ms) of each.
---   del      KEYS[1]: deletes it.
+--   touch    KEYS: records; ARGV: the expiry (ms) of each. Returns the
+--            positions (from 1) of those that are gone.
+--   del      KEYS[1]; ARGV daemon: deletes it, unless another daemon has it.
 local op = ARGV[1]
 
 if op == 'put' then
@@ -56,11 +57,18 @@ elseif op == 'index' then
     end
     return 0
 elseif op == 'touch' then
+    local gone = {}
     for i, key in ipairs(KEYS) do
-        redis.call('PEXPIRE', key, ARGV[i + 1])
+        if redis.call('PEXPIRE', key, ARGV[i + 1]) == 0 then
+            table.insert(gone, i)
+        end
     end
-    return 0
+    return gone
 elseif op == 'del' then
+    local d = redis.call('HGET', KEYS[1], 'd')
+    if d and d ~= ARGV[2] then
+        return 0
+    end
     return redis.call('DEL', KEYS[1])
 end
 return redis.error_reply('session.lua: unknown operation ' .. tostring(op))

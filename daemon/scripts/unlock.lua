@@ -5,7 +5,9 @@
 -- have it), counts to drop (permits), lock-delay in ms (0: release now; else
 -- the hold stays, ownerless, that long), and per name 1 when the daemon
 -- knows of the hold, else 0: a hold granted to a request it has not
--- answered yet is not the client's to release (NOTHELD).
+-- answered yet is not the client's to release (NOTHELD). Only the daemon
+-- that has the hold's session (its daemon field) releases it: a daemon
+-- with a stale copy of a session that moved to another one gets NOTHELD.
 -- Reply fields: OK counts modes free | NOTHELD name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
 local k, delay, known = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), ARGV[A + 6]
@@ -21,8 +23,8 @@ if S == nil then
         end
         v = v or redis.call('HGET', s.h, m .. who)
         local ends = v and redis.call('ZSCORE', s.x, m .. who)
-        local held, tok = string.match(v or '', '^(%d+) (%d+) ')
-        held = ends and tonumber(ends) > NOW and tonumber(held)
+        local held, tok, daemon = string.match(v or '', '^(%d+) (%d+) %d+ %d+ %d (%S+) ')
+        held = ends and tonumber(ends) > NOW and daemon == DAEMON and tonumber(held)
         if held and (token == '' or tok == token) and (all or k <= held) then
             local left = all and 0 or held - k
             if left > 0 then
@@ -55,7 +57,7 @@ for i, s in ipairs(S) do
         return reply('NOTHELD', s.name)
     end
     local h = hold_decode(v)
-    if (token ~= '' and h.token ~= token) or (not all and k > h.count) then
+    if (token ~= '' and h.token ~= token) or (not all and k > h.count) or h.daemon ~= DAEMON then
         return reply('NOTHELD', s.name)
     end
     hids[i], holds[i], modes[i] = m .. who, h, m
