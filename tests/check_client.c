@@ -844,6 +844,39 @@ START_TEST(test_reconnect_resumes_session)
 }
 END_TEST
 
+/* Two dlockd on one Redis: the one the library is on is killed with SIGKILL; the library resumes
+ * the session on the other, whose renewal keeps the hold (two leases), and tells no LOST. */
+START_TEST(test_failover_after_kill)
+{
+    static const char *const lease[] = { "--lock-lease", "2s", NULL };
+    struct h_dlockd *d1 = h_dlockd_start(R->port, lease), *d2 = h_dlockd_start(R->port, lease);
+    dlock_options_t *o = options_for(d1->port, 10000, "mover");
+    struct h_conn *raw = H_CLIENT(d2, "name=raw");
+    char addr[64], sid[32], sid2[32];
+    dlock_t *h = NULL;
+
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", d2->port);
+    ck_assert_int_eq(dlock_options_add_address(o, addr), 0);
+    ck_assert_int_eq(dlock_connect(&h, o), 0);
+    dlock_options_free(o);
+    ck_assert_int_eq(dlock_session(h, sid, sizeof sid), 0);
+    ck_assert_int_eq(dlock_lock(h, "fo-x", 0, 0, NULL), 0);
+    h_dlockd_kill(d1);
+    ck_assert_int_ge(wait_event(DLOCK_EVENT_SAFE, NULL, 5000), 0);
+    for (int i = 0; i < 4; i++) {
+        h_sleep_ms(1000);
+        H_REQ(raw, "BUSY holder=mover ttl=%d", "LOCK fo-x");
+    }
+    ck_assert_int_eq(dlock_held(h, "fo-x"), 1);
+    ck_assert_int_eq(count_events(DLOCK_EVENT_LOST), 0);
+    ck_assert_int_eq(dlock_session(h, sid2, sizeof sid2), 0);
+    ck_assert_str_eq(sid, sid2);
+    ck_assert_int_eq(dlock_unlock(h, "fo-x", 0), 0);
+    H_REQ(raw, "OK token=%d count=1", "LOCK fo-x");
+    dlock_close(h);
+}
+END_TEST
+
 START_TEST(test_session_gone_reports_every_hold_lost)
 {
     dlock_t *h = connect_to(D, 10000, NULL);
@@ -1097,6 +1130,7 @@ static Suite *client_suite(void)
     tcase_add_test(tc, test_blocked_lock_does_not_block_others);
     tcase_add_test(tc, test_shutdown_and_close);
     tcase_add_test(tc, test_reconnect_resumes_session);
+    tcase_add_test(tc, test_failover_after_kill);
     tcase_add_test(tc, test_session_gone_reports_every_hold_lost);
     tcase_add_test(tc, test_heartbeat_deadline_expires_session);
     tcase_add_test(tc, test_resume_sends_the_secret);
