@@ -496,14 +496,16 @@ class Checker:
     def permits(self, h, sl):
         """Permits held over time: the value of the last reply read (the smallest of replies read
         together), and while a RELEASE is on its way, no more than it leaves."""
-        # a replayed reply (id=) tells the permits of its first answer, not the ones held now
+        # a replayed reply (id=) tells the permits of its first answer, not the ones held now:
+        # it counts only until a fresh reply is read
         done = [(g.read, g.value) for g in h.evs if g.replay is None] or [(h.start, 1)]
+        replays = [(g.read, g.value) for g in h.evs if g.replay is not None]
         rel = [e for e in sl["releases"] if e.send < h.end and e.read > h.first_send]
         done += [(e.read, e.value) for e in rel]
         marks = sorted({max(t, h.start) for t, _ in done} | {max(e.send, h.start) for e in rel})
         out = []
         for m in marks:
-            seen = [(t, v) for t, v in done if t <= m]
+            seen = [(t, v) for t, v in done if t <= m] or [(t, v) for t, v in replays if t <= m] or [(h.start, 1)]
             last = max(t for t, _ in seen)
             v = min(v for t, v in seen if t == last)
             out.append((m, min([v] + [e.value for e in rel if e.send <= m < e.read])))

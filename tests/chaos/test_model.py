@@ -9,6 +9,7 @@ grant that an UNLOCK of the exclusive hold left alone); and lines grammar.py mus
 
 import os
 import sys
+import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grammar  # noqa: E402
@@ -241,6 +242,19 @@ def case_unlock_after_backend():
     h.req(10, 0, "LOCK x", "ERR BACKEND Redis did not answer in time", at=1010)
     h.req(1100, 0, "UNLOCK x", "OK count=0")
     return h.check(), set()
+
+
+def case_permits_replay_first():
+    """The permits of a hold whose first evidence is a replayed reply, with a RELEASE sent before
+    it and read with the first fresh reply (chaos seed 128761 in CI): the checker used to find no
+    reply at the hold's start and crash."""
+    ev = types.SimpleNamespace
+    h = ev(start=643, first_send=444, end=1776, evs=[ev(read=643, value=2, replay="maybe"),
+                                                     ev(read=643, value=2, replay="yes"),
+                                                     ev(read=854, value=2, replay=None)])
+    sl = {"releases": [ev(send=549, read=854, value=1)]}
+    model.Checker.permits(None, h, sl)
+    return ({"crash"} if not h.permits or h.permits[0] != (643, 1) else set()), set()
 
 
 BAD_LINES = ["OK token=1  count=1", "#bad! OK", "ERR FROB text", "ERR SYNTAX", "OK {\"a\":", "TIMEOUT x=1",
