@@ -128,12 +128,13 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
     add(a, check ? "check" : "");
 }
 
-/* adopt.lua: lease, the hids space-separated. */
-void contract_adopt_args(struct contract_args *a, long long lease, const char *hids)
+/* adopt.lua: lease, the hids space-separated, the wids ("-" for none) space-separated. */
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids)
 {
     a->n = 0;
     add_num(a, lease);
     add(a, hids);
+    add(a, wids);
 }
 
 /* latch.lua: op, n, ttl. */
@@ -385,12 +386,12 @@ int contract_record(const redisReply *rep, struct contract_record *rec)
 }
 
 int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
-                          size_t namelen, unsigned long long *token)
+                          size_t namelen, unsigned long long *token, char *wid, size_t widlen)
 {
     const redisReply *rep = rec->rep;
 
     for (size_t i = 0; i < rep->elements; i += 2) {
-        const char *f = str_in(rep, i), *sp;
+        const char *f = str_in(rep, i), *sp, *v;
         if (f[0] != CONTRACT_REC_INDEX || j-- > 0)
             continue;
         if ((sp = strchr(f, ' ')) == NULL || (size_t)(sp - f - 1) >= hidlen || strlen(sp + 1) >= namelen ||
@@ -398,7 +399,9 @@ int contract_record_index(const struct contract_record *rec, int j, char *hid, s
             return -1;
         snprintf(hid, hidlen, "%.*s", (int)(sp - f - 1), f + 1);
         snprintf(name, namelen, "%s", sp + 1);
-        *token = strtoull(str_in(rep, i + 1), NULL, 10);
+        v = str_in(rep, i + 1);
+        *token = strtoull(v, NULL, 10);
+        snprintf(wid, widlen, "%s", v[0] == 'w' ? v + 1 : "");
         return 0;
     }
     return -1;

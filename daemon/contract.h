@@ -96,8 +96,12 @@ void contract_unlock_args(struct contract_args *a, const char *who, char mode, i
                           long long count, long long delay, const char *known);
 /* Fills a with the ARGV of a CANCEL (scripts/cancel.lua) of waiter wid for hid; check only confirms a grant. */
 void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check);
-/* Fills a with the ARGV of an ADOPT (scripts/adopt.lua): lease ms, and the hids of its names, space-separated. */
-void contract_adopt_args(struct contract_args *a, long long lease, const char *hids);
+/*
+ * Fills a with the ARGV of an ADOPT (scripts/adopt.lua): lease ms, the hids
+ * of its names, and the waiters the session had queued for them ("-" for
+ * none), both space-separated.
+ */
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids);
 /* Fills a with the ARGV of a LATCH (scripts/latch.lua): op create, countdown or read, with n and ttl ms. */
 void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl);
 
@@ -236,15 +240,16 @@ struct contract_record {
 int contract_record(const redisReply *rep, struct contract_record *rec);
 /*
  * Copies index entry j (from 0, below rec->nindex) of rec: the hold id into
- * hid, the name into name and the token of its hold (0: not granted when it
- * was written) into *token. Returns 0, or -1 when it is malformed.
+ * hid, the name into name, the token of its hold (0: not granted when it
+ * was written) into *token and the wid of its waiter, if it waited, into
+ * wid ("" for none). Returns 0, or -1 when it is malformed.
  */
 int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
-                          size_t namelen, unsigned long long *token);
+                          size_t namelen, unsigned long long *token, char *wid, size_t widlen);
 /*
  * Formats a change of an index entry for scripts/session.lua into buf:
  * added ("+i<hid> <name>"), deleted (token NULL: "-i<hid> <name>") or
- * granted token ("=<token> i<hid> <name>").
+ * given a value ("=<token> i<hid> <name>": a token, or "w" and a wid).
  */
 void contract_record_change(char *buf, size_t len, int add, const char *token, const char *hid, const char *name);
 

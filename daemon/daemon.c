@@ -64,9 +64,12 @@ static void each_index(struct session *s, void (*fn)(const char *hid, const char
         snprintf(token, sizeof(token), "%llu", h->token);
         fn(h->hid, h->ln->name, token, arg);
     }
-    TAILQ_FOREACH(w, &s->waits, in_session)
+    TAILQ_FOREACH(w, &s->waits, in_session) {
+        char value[80];
+        snprintf(value, sizeof(value), "w%s", w->wid);
         for (int i = 0; i < w->nnames; i++)
-            fn(w->hid, w->names[i], "0", arg);
+            fn(w->hid, w->names[i], value, arg);
+    }
 }
 
 /* The record of a session said to have moved: when another daemon has it,

@@ -221,6 +221,14 @@ void record_granted(struct session *s, const char *hid, const char *name, const 
     change(s, 1, token, hid, name);
 }
 
+void record_waiting(struct session *s, const char *hid, const char *name, const char *wid)
+{
+    char value[80];
+
+    snprintf(value, sizeof(value), "w%s", wid);
+    change(s, 1, value, hid, name);
+}
+
 static void drop_pending(void)
 {
     for (int i = 0; i < pend.n; i++)

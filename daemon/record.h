@@ -28,6 +28,8 @@ int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg);
  * hold is in the record before Redis can grant it.
  */
 void record_index(struct session *s, const char *hid, const char *name, int add);
+/* Notes the waiter queued for hid on name, so that a resume elsewhere can take it out of the queue. */
+void record_waiting(struct session *s, const char *hid, const char *name, const char *wid);
 /* Notes the token of a hold granted to s, so that a resume elsewhere can report it lost. */
 void record_granted(struct session *s, const char *hid, const char *name, const char *token);
 /* Sends the index changes noted since the last call, in one call. */

@@ -29,6 +29,7 @@ struct adopt {
     char *names[PROTO_MAX_NAMES];
     char *hids[PROTO_MAX_NAMES];
     unsigned long long tokens[PROTO_MAX_NAMES]; /* of the grant the record says it had, 0 when none */
+    char *wids[PROTO_MAX_NAMES];                 /* the waiter it had queued, "-" when none */
 };
 
 static void resume_gone(struct req *r)
@@ -74,6 +75,7 @@ static void adopt_free(struct adopt *a)
     for (int i = 0; i < a->n; i++) {
         free(a->names[i]);
         free(a->hids[i]);
+        free(a->wids[i]);
     }
     free(a);
 }
@@ -104,19 +106,27 @@ static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void 
         finish(rs);
 }
 
+/* The n strings of v, space-separated, in a new string. */
+static char *joined(char *const *v, int n)
+{
+    size_t len = 1;
+    char *out, *p;
+
+    for (int i = 0; i < n; i++)
+        len += strlen(v[i]) + 1;
+    if ((p = out = calloc(1, len)) == NULL)
+        fatalx("resume: out of memory");
+    for (int i = 0; i < n; i++)
+        p += sprintf(p, "%s%s", i ? " " : "", v[i]);
+    return out;
+}
+
 static void adopt_send(struct resume *rs, struct adopt *a)
 {
     struct contract_args args;
-    size_t len = 1;
-    char *hids, *p;
+    char *hids = joined(a->hids, a->n), *wids = joined(a->wids, a->n);
 
-    for (int i = 0; i < a->n; i++)
-        len += strlen(a->hids[i]) + 1;
-    if ((p = hids = calloc(1, len)) == NULL)
-        fatalx("resume: out of memory");
-    for (int i = 0; i < a->n; i++)
-        p += sprintf(p, "%s%s", i ? " " : "", a->hids[i]);
-    contract_adopt_args(&args, rs->d->cfg.lock_lease, hids);
+    contract_adopt_args(&args, rs->d->cfg.lock_lease, hids, wids);
     rs->pending++;
     if (hold_script(rs->d, OP_ADOPT, a->n, (const char *const *)a->names, &args, on_adopted, NULL, a)) {
         rs->pending--;
@@ -124,6 +134,7 @@ static void adopt_send(struct resume *rs, struct adopt *a)
         adopt_free(a);
     }
     free(hids);
+    free(wids);
 }
 
 /* Sends the ADOPT calls for the index entries of rec that are the session's own. */
@@ -133,9 +144,9 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
 
     rs->pending = 1; /* until every call is sent */
     for (int j = 0; j < rec->nindex; j++) {
-        char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1];
+        char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
         unsigned long long token;
-        if (contract_record_index(rec, j, hid, sizeof(hid), name, sizeof(name), &token) ||
+        if (contract_record_index(rec, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
             strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
             continue;
         if (a == NULL && (a = calloc(1, sizeof(*a))) == NULL)
@@ -144,6 +155,8 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
         if ((a->names[a->n] = strdup(name)) == NULL || (a->hids[a->n] = strdup(hid)) == NULL)
             fatalx("resume: out of memory");
         a->tokens[a->n] = token;
+        if ((a->wids[a->n] = strdup(wid[0] && !strchr(wid, ' ') ? wid : "-")) == NULL)
+            fatalx("resume: out of memory");
         if (++a->n == PROTO_MAX_NAMES) {
             adopt_send(rs, a);
             a = NULL;

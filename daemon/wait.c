@@ -564,9 +564,10 @@ void wait_submit(struct wait *w)
     l.wid = w->wid;
     for (int i = 0; i < w->nnames; i++) {
         known[i] = owner_known(w, w->names[i]) ? '1' : '0';
-        /* In the record before Redis can grant it (record_flush runs before the batch). */
+        /* In the record before Redis can grant it (record_flush runs before the batch), with
+         * its waiter, which a resume elsewhere takes out of the queue. */
         if (known[i] == '0' && w->s)
-            record_index(w->s, w->hid, w->names[i], 1);
+            record_waiting(w->s, w->hid, w->names[i], w->wid);
     }
     known[w->nnames] = '\0';
     if (w->kind == WAIT_SEM)

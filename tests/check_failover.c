@@ -243,6 +243,26 @@ START_TEST(test_forged_move_no_record)
 }
 END_TEST
 
+/* A session's waiter queued through a daemon that died goes when the session resumes elsewhere:
+ * its request went with its connection, and nobody would take the grant. */
+START_TEST(test_dead_waiter_dequeued)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, NULL), *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=10s"), *b = H_CLIENT(d2, "name=bob"), *c, *a2;
+
+    H_LOCK_NEW(b, "qw");
+    ck_assert_int_eq(h_send(a, "LOCK qw wait=20s"), 0);
+    ck_assert(h_wait_waiters(b, "qw", 1, 5000));
+    h_dlockd_kill(d1);
+    a2 = resume_on(d2, a);
+    ck_assert(h_wait_waiters_eq(b, "qw", 0, 3000));
+    H_REQ(b, "OK count=0", "UNLOCK qw");
+    c = H_CLIENT(d2, "name=carol");
+    H_LOCK_NEW(c, "qw");
+    H_REQ(a2, "ERR NOTHELD %*", "UNLOCK qw");
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
     Suite *s = suite_create("failover");
@@ -260,6 +280,7 @@ static Suite *failover_suite(void)
     tcase_add_test(tc, test_holds_before_hello_resume);
     tcase_add_test(tc, test_malformed_session_id);
     tcase_add_test(tc, test_forged_move_no_record);
+    tcase_add_test(tc, test_dead_waiter_dequeued);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,12 +2,31 @@
 -- alive becomes this daemon's (it renews it from now on) with a lease
 -- starting again.
 -- ARGV from A: lease (ms), then the hids of the names, in order, in one
--- space-separated string.
+-- space-separated string, then the waiters the session had queued for them
+-- ("-" for none), likewise. A waiter of another daemon still queued is taken
+-- out (its request went with its connection) before anything is adopted.
 -- Reply fields: OK, then for each name: token count left, where token is ""
 -- when the hold is gone, and left is the ms to the end of a lease= (-1 for
 -- a hold renewed for as long as its session lives).
-local lease, hids = tonumber(ARGV[A]), words(ARGV[A + 1])
+local lease, hids, wids = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2])
 local out = {}
+for i, s in ipairs(S) do
+    local wid = wids[i]
+    if wid and wid ~= '-' and waiter_daemon(wid) ~= DAEMON and redis.call('ZSCORE', s.q, wid) then
+        local names = waiter_decode(redis.call('HGET', s.w, wid)).names
+        for _, t in ipairs(S) do
+            if t.q ~= s.q then
+                for _, n in ipairs(names) do
+                    if n == t.name then
+                        dequeue(t, wid)
+                    end
+                end
+            end
+        end
+        dequeue(s, wid)
+        advance(s)
+    end
+end
 for i, s in ipairs(S) do
     local hid = hids[i]
     local v = redis.call('HGET', s.h, hid)

@@ -2,17 +2,17 @@
 -- session.lua: the records of sessions, so that any daemon sharing the Redis
 -- can resume one. A record is a hash: d daemon id, n client name, t ttl (ms),
 -- k SHA-256 of the secret (hex), p peer, and one field "i<hid> <name>" per
--- hold or wait the session may have, whose value is the token of its hold
--- (0 before the grant). It expires by itself unless renewed.
+-- hold or wait the session may have, whose value is the token of its hold,
+-- or "w" and the wid of its waiter before the grant. It expires by itself unless renewed.
 -- ARGV[1] is the operation:
 --   put      KEYS[1]; ARGV prefix, sid, expiry (ms), then field value pairs.
 --            Sets them (d among them); when the record named another daemon,
 --            that one is told "M sid" on its channel. Returns that daemon or "".
 --   get      KEYS[1]: the record as field value pairs, {} when there is none.
 --   index    KEYS: records; ARGV for each: count, then that many changes:
---            "+field" (added, value 0), "=token field" (its hold was granted
---            that token) or "-field" (deleted). A record that is gone stays
---            gone.
+--            "+field" (added, value 0), "=value field" (value: the token of
+--            its hold, or "w" and the waiter queued for it) or "-field"
+--            (deleted). A record that is gone stays gone.
 --   touch    KEYS: records; ARGV: the expiry (ms) of each. Returns the
 --            positions (from 1) of those that are gone.
 --   del      KEYS[1]; ARGV daemon: deletes it, unless another daemon has it.
@@ -47,8 +47,8 @@ elseif op == 'index' then
             elseif string.sub(f, 1, 1) == '+' then
                 redis.call('HSET', key, string.sub(f, 2), '0')
             elseif string.sub(f, 1, 1) == '=' then
-                local token, field = string.match(f, '^=(%d+) (.*)$')
-                redis.call('HSET', key, field, token)
+                local value, field = string.match(f, '^=(%S+) (.*)$')
+                redis.call('HSET', key, field, value)
             else
                 redis.call('HDEL', key, string.sub(f, 2))
             end
