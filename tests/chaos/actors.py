@@ -156,8 +156,9 @@ class Actor:
             conn.authed = True if r.kind == "OK" else (conn.authed if conn.authed else False)
         if v == "HELLO" and r.kind == "OK":
             self.drv.hello_ok(conn, req, r, t)
-        elif v == "HELLO" and req.get("target") is not None and r.kind == "NOSESSION":
-            req["target"].dead = True
+        elif v == "HELLO" and req.get("target") is not None and r.kind in ("NOSESSION", "BACKEND"):
+            if r.kind == "NOSESSION":
+                req["target"].dead = True
             if self.mover is not None:
                 self.mover.close("move refused")
                 self.mover = None

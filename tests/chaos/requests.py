@@ -182,10 +182,12 @@ def hello(rng, ctx, tag, ttl=None, name=None, session=None, secret=None, passwor
         if not auth_ok:
             exp = {"NOAUTH"}
     if session is not None and "OK" in exp:
+        # a resume reads the session's record in Redis (PROTOCOL.md section 5): with Redis away,
+        # a session this daemon does not have is neither found nor refused
         if alive is False or (ctx.secrets and secret is None):
-            exp = {"NOSESSION"}
+            exp = {"NOSESSION", "BACKEND"}
         else:
-            exp = {"OK", "NOSESSION"}
+            exp = {"OK", "NOSESSION", "BACKEND"}
         if ctx.password is not None and ctx.authed is not True and not auth_ok:
             # a resume is not one of the verbs allowed before AUTH
             exp = {"NOAUTH"} if ctx.authed is False else exp | {"NOAUTH"}
