@@ -175,6 +175,9 @@ static void hello_gone(struct req *r)
 {
     struct hello_wait *hw = r->ctx;
 
+    /* After EOF what was sent is still answered: only a closing connection drops it. */
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
+        return;
     hw->r = NULL;
     req_drop(r);
 }

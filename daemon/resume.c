@@ -36,6 +36,9 @@ static void resume_gone(struct req *r)
 {
     struct resume *rs = r->ctx;
 
+    /* After EOF what was sent is still answered: only a closing connection drops it. */
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
+        return;
     rs->r = NULL;
     req_drop(r);
 }
@@ -192,6 +195,10 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
         free(rs);
         return;
     }
+    /* A record naming this daemon for a session it does not have is one that ended here and
+     * came back (a Redis restored from an older snapshot): it resumes nothing. */
+    if (rec && strcmp(rec->daemon, d->id) == 0)
+        rec = NULL;
     if (rec == NULL || !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash) ||
         (s = session_resume(d, rs->sid, rec->client, rec->ttl, rec->hash)) == NULL) {
         rs->ans->refused(take(rs));
