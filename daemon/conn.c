@@ -388,33 +388,36 @@ static void keep_missed(struct session *s, const char *text)
     s->nmissed++;
 }
 
-void conn_session_event(struct session *s, const char *fmt, ...)
+/* "* text" for s: sent to its connection when send is 1, and kept for the next one while
+ * that connection is missing or going (always when send is 0). */
+static void session_event(struct session *s, int send, const char *fmt, va_list ap)
 {
-    char buf[1024], *text;
-    va_list ap;
+    char buf[1024], *text = format_body(buf, sizeof(buf), "*", fmt, ap);
 
-    va_start(ap, fmt);
-    text = format_body(buf, sizeof(buf), "*", fmt, ap);
-    va_end(ap);
-    if (s->conn)
+    if (send && s->conn)
         send_line(s->conn, "", text);
-    if (conn_gone(s->conn))
+    if (!send || conn_gone(s->conn))
         keep_missed(s, text);
     if (text != buf)
         free(text);
 }
 
-void conn_session_missed(struct session *s, const char *fmt, ...)
+void conn_session_event(struct session *s, const char *fmt, ...)
 {
-    char buf[1024], *text;
     va_list ap;
 
     va_start(ap, fmt);
-    text = format_body(buf, sizeof(buf), "*", fmt, ap);
+    session_event(s, 1, fmt, ap);
     va_end(ap);
-    keep_missed(s, text);
-    if (text != buf)
-        free(text);
+}
+
+void conn_session_missed(struct session *s, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    session_event(s, 0, fmt, ap);
+    va_end(ap);
 }
 
 void conn_resumed(struct conn *c)
