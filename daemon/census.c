@@ -234,10 +234,10 @@ static int add_session(const char *key, void *val, void *arg)
         w->more = 1;
         return 1;
     }
-    json_array_append_new(w->list, json_pack("{s:s, s:s, s:s, s:I, s:i, s:i}", "session", s->id, "client", s->name,
-                                             "peer", s->conn ? s->conn->peer : "", "ttl_ms",
-                                             (json_int_t)(left > 0 ? left : 0), "holds", s->nholds, "waits",
-                                             s->nwaits));
+    json_array_append_new(w->list, json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:i}", "session", s->id, "client",
+                                             s->name, "peer", s->conn ? s->conn->peer : "", "daemon", s->d->id,
+                                             "ttl_ms", (json_int_t)(left > 0 ? left : 0), "holds", s->nholds,
+                                             "waits", s->nwaits));
     return 0;
 }
 

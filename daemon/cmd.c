@@ -280,27 +280,19 @@ static void hello_local(struct req *r)
     hello_resumed(r, s);
 }
 
-/* s here is a stale copy: another daemon has the session now. */
-static void hello_stale(struct session *s)
-{
-    conn_moved_away(s);
-    session_drop(s);
-}
-
 static const struct resume_answers resume_answers = {
     .attach = hello_attach,
     .resumed = hello_resumed,
     .failed = hello_failed,
     .refused = hello_refused,
     .local = hello_local,
-    .stale = hello_stale,
 };
 
 /* HELLO session= secret=: moves the session here, from this daemon or from
  * its record in Redis, whichever has it (resume.c asks the record). */
 static void hello_resume(struct req *r)
 {
-    resume_from_record(r, &resume_answers);
+    resume_from_record(r, r->pr.session, &resume_answers);
 }
 
 static void cmd_hello(struct req *r)

@@ -10,7 +10,9 @@
 #include "hooks.h"
 #include "log.h"
 #include "oper.h"
+#include "record.h"
 #include "redis.h"
+#include "resume.h"
 #include "session.h"
 
 /* limit= of r, or the default. Returns 0, or -1 after answering ERR SYNTAX. */
@@ -98,18 +100,77 @@ static void kill_session(struct session *s)
     session_end(s, SESSION_EXPIRED);
 }
 
-void oper_kill(struct req *r)
+static void kill_here(struct req *r, struct session *s)
 {
-    struct session *s = session_find(r->d, r->pr.names[0]);
-
-    if (s == NULL) {
-        req_err(r, PROTO_ENOSESSION, "no live session with that id on this server");
-        return;
-    }
     log_info("audit: admin KILL session=%s client=%s holds=%d by %s", s->id, s->name, s->nholds, who(r));
     /* Answered first: the operator may have named its own session. */
     req_reply(r, "OK", NULL);
     kill_session(s);
+}
+
+static void kill_local(struct req *r)
+{
+    struct session *s = session_find(r->d, r->pr.names[0]);
+
+    if (s == NULL)
+        req_err(r, PROTO_ENOSESSION, "no live session with that id");
+    else
+        kill_here(r, s);
+}
+
+/* Its record names this daemon now, and the daemon that had it let go (record.c): ended here. */
+static void kill_taken(struct dlockd *d, void *arg)
+{
+    struct session *s = session_find(d, arg);
+
+    if (s)
+        kill_session(s);
+    free(arg);
+}
+
+static void kill_resumed(struct req *r, struct session *s)
+{
+    char *sid = strdup(s->id);
+
+    if (sid == NULL)
+        fatalx("oper: out of memory");
+    log_info("audit: admin KILL session=%s client=%s holds=%d by %s", s->id, s->name, s->nholds, who(r));
+    req_reply(r, "OK", NULL);
+    if (record_put(s, kill_taken, sid))
+        kill_taken(r->d, sid);
+}
+
+static void kill_failed(struct req *r, struct session *s)
+{
+    session_drop(s);
+    req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+}
+
+static void kill_refused(struct req *r)
+{
+    req_err(r, PROTO_ENOSESSION, "no live session with that id");
+}
+
+static void kill_attach(struct req *r, struct session *s)
+{
+    (void)r;
+    (void)s;
+}
+
+/* A session another daemon has, or had before it died, is taken over as a resume would take
+ * it (without its secret), then ended here. */
+static const struct resume_answers kill_answers = {
+    .trusted = 1,
+    .attach = kill_attach,
+    .resumed = kill_resumed,
+    .failed = kill_failed,
+    .refused = kill_refused,
+    .local = kill_local,
+};
+
+void oper_kill(struct req *r)
+{
+    resume_from_record(r, r->pr.names[0], &kill_answers);
 }
 
 /* A FORCE in flight. */

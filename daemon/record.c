@@ -44,9 +44,7 @@ static void session_key(char *buf, size_t len, const struct session *s)
 /* How long s's record lives unrenewed: as long as its holds, and its ttl at least. */
 static long long expiry_ms(const struct session *s)
 {
-    long long left = (long long)(s->last_seen + (uint64_t)s->ttl) - (long long)now_ms();
-
-    return (left > s->d->cfg.lock_lease ? left : s->d->cfg.lock_lease) + RECORD_MARGIN_MS;
+    return session_redis_lease(s->d, s) + RECORD_MARGIN_MS;
 }
 
 /* A put in flight: the session it is for, and who waits for it. */

@@ -200,20 +200,17 @@ static int add_name(const char *name, void *val, void *arg)
 
     TAILQ_FOREACH(h, &ln->holds, in_name) {
         char lease[24], token[TOKEN_MAX];
-        snprintf(token, sizeof(token), "%llu", h->token);
-        /* A hold with lease= is extended to its end, not beyond; a hold of a
-         * session that can be resumed, for as long as the session may live. */
-        if (h->lease && (int64_t)(h->lease->dl.when - now) < cy->d->cfg.lock_lease) {
+        long long left = session_redis_lease(cy->d, h->s);
+
+        /* A hold with lease= is extended to its end, not beyond. */
+        if (h->lease && (long long)(h->lease->dl.when - now) < left) {
             if (h->lease->dl.when <= now)
                 continue;
-            snprintf(lease, sizeof(lease), "%lld", (long long)(h->lease->dl.when - now));
-            add(cy, name, "", h->hid, lease, token);
-        } else if (h->s->has_secret && (int64_t)(h->s->last_seen + (uint64_t)h->s->ttl - now) > cy->d->cfg.lock_lease) {
-            snprintf(lease, sizeof(lease), "%lld", (long long)(h->s->last_seen + (uint64_t)h->s->ttl - now));
-            add(cy, name, "", h->hid, lease, token);
-        } else {
-            add(cy, name, "", h->hid, cy->lease, token);
+            left = (long long)(h->lease->dl.when - now);
         }
+        snprintf(token, sizeof(token), "%llu", h->token);
+        snprintf(lease, sizeof(lease), "%lld", left);
+        add(cy, name, "", h->hid, lease, token);
     }
     return 0;
 }

@@ -129,7 +129,7 @@ static void adopt_send(struct resume *rs, struct adopt *a)
     struct contract_args args;
     char *hids = joined(a->hids, a->n), *wids = joined(a->wids, a->n);
 
-    contract_adopt_args(&args, rs->d->cfg.lock_lease, hids, wids);
+    contract_adopt_args(&args, session_redis_lease(rs->d, session_find(rs->d, rs->sid)), hids, wids);
     rs->pending++;
     if (hold_script(rs->d, OP_ADOPT, a->n, (const char *const *)a->names, &args, on_adopted, NULL, a)) {
         rs->pending--;
@@ -188,7 +188,8 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
             return;
         }
         /* It moved to another daemon since: this copy goes, and the record decides. */
-        rs->ans->stale(s);
+        conn_moved_away(s);
+        session_drop(s);
     }
     if (!answered) {
         req_err(take(rs), PROTO_EBACKEND, "Redis did not answer in time");
@@ -199,7 +200,8 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
      * came back (a Redis restored from an older snapshot): it resumes nothing. */
     if (rec && strcmp(rec->daemon, d->id) == 0)
         rec = NULL;
-    if (rec == NULL || !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash) ||
+    if (rec == NULL ||
+        (!rs->ans->trusted && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash)) ||
         (s = session_resume(d, rs->sid, rec->client, rec->ttl, rec->hash)) == NULL) {
         rs->ans->refused(take(rs));
         free(rs);
@@ -217,11 +219,11 @@ static int well_formed(const char *id)
     return n == DLOCKD_ID_LEN && id[n] == '\0';
 }
 
-void resume_from_record(struct req *r, const struct resume_answers *ans)
+void resume_from_record(struct req *r, const char *sid, const struct resume_answers *ans)
 {
     struct resume *rs;
 
-    if (!well_formed(r->pr.session)) {
+    if (!well_formed(sid)) {
         ans->refused(r);
         return;
     }
@@ -230,10 +232,10 @@ void resume_from_record(struct req *r, const struct resume_answers *ans)
     rs->d = r->d;
     rs->r = r;
     rs->ans = ans;
-    snprintf(rs->sid, sizeof(rs->sid), "%s", r->pr.session);
+    snprintf(rs->sid, sizeof(rs->sid), "%s", sid);
     if (record_fetch(r->d, rs->sid, on_record, rs)) {
         free(rs);
-        if (session_find(r->d, r->pr.session))
+        if (session_find(r->d, sid))
             ans->local(r); /* no link: a session here resumes from memory */
         else
             req_err(r, PROTO_EBACKEND, "%s", "Redis is not reachable");

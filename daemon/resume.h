@@ -5,22 +5,23 @@
 struct req;
 struct session;
 
-/* How the HELLO is answered; each ends r. */
+/* How the request is answered; each ends r. */
 struct resume_answers {
+    int trusted;                                       /* an operator's: no secret is asked */
     void (*attach)(struct req *r, struct session *s);  /* s is here now: attach it to r's connection (not an answer) */
     void (*resumed)(struct req *r, struct session *s); /* s and its live holds are this daemon's: OK */
     void (*failed)(struct req *r, struct session *s);  /* Redis did not answer: drop s here, ERR BACKEND */
     void (*refused)(struct req *r);                    /* no such record, or a wrong secret: ERR NOSESSION */
     void (*local)(struct req *r);                      /* the session is this daemon's: resume it from memory */
-    void (*stale)(struct session *s);                  /* s here is a copy of a session another daemon has: drop it */
 };
 
 /*
- * Resumes the session r->pr.session: from this daemon's memory when its
- * record in Redis (record.c) says it is this daemon's (or Redis does not
- * answer and it is here), else from the record, with the secret r carries,
- * answering r through ans (not copied) once its holds are adopted.
+ * Resumes the session sid: from this daemon's memory when its record in
+ * Redis (record.c) says it is this daemon's (or Redis does not answer and it
+ * is here), else from the record, with the secret r carries unless ans is
+ * trusted, answering r through ans (not copied) once its holds are adopted.
+ * A copy here of a session another daemon has now is dropped first.
  */
-void resume_from_record(struct req *r, const struct resume_answers *ans);
+void resume_from_record(struct req *r, const char *sid, const struct resume_answers *ans);
 
 #endif

@@ -34,6 +34,16 @@ int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl)
     return ttl;
 }
 
+long long session_redis_lease(const struct dlockd *d, const struct session *s)
+{
+    long long left;
+
+    if (s == NULL || !s->has_secret)
+        return d->cfg.lock_lease;
+    left = (long long)(s->last_seen + (uint64_t)s->ttl) - (long long)now_ms();
+    return left > d->cfg.lock_lease ? left : d->cfg.lock_lease;
+}
+
 /* A session with no id yet, not in d->sessions. */
 static struct session *session_alloc(struct dlockd *d, const char *name, int64_t ttl)
 {

@@ -69,6 +69,12 @@ void session_new_secret(struct session *s, char out[SESSION_SECRET_LEN + 1]);
 void session_set_name(struct session *s, const char *name);
 /* Clamps ttl to session-ttl-min..session-ttl-max. */
 int64_t session_clamp_ttl(struct dlockd *d, int64_t ttl);
+/*
+ * How long, in ms from now, the Redis keys of s's holds and waits must live
+ * unrenewed: lock-lease, or to the end of s's ttl when that is later and s
+ * can be resumed on another daemon (it has a secret). s may be NULL.
+ */
+long long session_redis_lease(const struct dlockd *d, const struct session *s);
 /* Records a request: the session lives another ttl from now. */
 void session_touch(struct session *s);
 /* Sets the ttl (clamped), counted from the last request. */

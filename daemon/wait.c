@@ -542,12 +542,13 @@ void wait_submit(struct wait *w)
 {
     struct dlockd *d = w->d;
     char known[PROTO_MAX_NAMES + 1];
+    long long held = session_redis_lease(d, w->s);
     struct contract_lock l = {
         .who = w->hid + 1,
         .mode = w->hid[0],
         .client = w->client,
         .wait = w->wait_ms != 0,
-        .ttl = w->lease > 0 && w->lease < d->cfg.lock_lease ? w->lease : d->cfg.lock_lease,
+        .ttl = w->lease > 0 && w->lease < held ? w->lease : held,
         .lease = w->lease > 0 ? w->lease : d->cfg.lock_lease,
         .bounded = w->lease > 0,
         .qttl = d->cfg.lock_lease,

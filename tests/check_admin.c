@@ -210,6 +210,35 @@ START_TEST(test_kill)
 }
 END_TEST
 
+/* KILL reaches a session on another daemon, one that died included: taken over, then ended. */
+START_TEST(test_kill_across_daemons)
+{
+    struct h_dlockd *d1 = start_admin(NULL), *d2 = start_admin(NULL), *d3 = start_admin(NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=60s"), *c = H_CLIENT(d3, "name=carol ttl=60s");
+    struct h_conn *b = H_CLIENT(d2, "name=bob"), *o = operator(d2), *x;
+
+    H_LOCK_NEW(a, "k-2");
+    H_LOCK_NEW(c, "k-3");
+    ck_assert_int_eq(h_send(b, "#w LOCK k-2 wait=20s"), 0);
+    ck_assert(h_wait_waiters(o, "k-2", 1, 3000));
+    H_REQ(o, "OK", "KILL %s", a->session);
+    H_EVENT(a, "* BYE reason=moved", 3000);
+    ck_assert(h_wait_eof(a, 3000));
+    ck_assert_ptr_nonnull(h_reply_tag(b, "w", 3000));
+    ck_assert_msg(h_match(b->last, "#w OK token=%d count=1"), "%s", b->last);
+    x = H_CONNECT(d1->port);
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%s secret=%s", a->session, a->secret);
+    H_REQ(o, "ERR NOSESSION %*", "KILL %s", a->session);
+
+    /* carol's daemon died: her hold would last her 60 s ttl; KILL frees it now. */
+    h_dlockd_kill(d3);
+    H_REQ(b, "BUSY holder=carol ttl=%d", "LOCK k-3");
+    H_REQ(o, "OK", "KILL %s", c->session);
+    H_REQ(b, "OK token=%d count=1", "LOCK k-3 wait=5s");
+    ck_assert_int_ge(h_log_wait(d2, H_ARGS("audit: admin KILL", c->session), 1, 3000), 1);
+}
+END_TEST
+
 START_TEST(test_force_across_daemons)
 {
     struct h_dlockd *d1 = start_admin(NULL), *d2 = start_admin(NULL);
@@ -334,6 +363,7 @@ static Suite *admin_suite(void)
     tcase_add_test(tc, test_list_across_daemons);
     tcase_add_test(tc, test_sessions);
     tcase_add_test(tc, test_kill);
+    tcase_add_test(tc, test_kill_across_daemons);
     tcase_add_test(tc, test_force_across_daemons);
     tcase_add_test(tc, test_forged_force);
     tcase_add_test(tc, test_bad_input);

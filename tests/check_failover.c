@@ -263,6 +263,25 @@ START_TEST(test_dead_waiter_dequeued)
 }
 END_TEST
 
+/* A hold of a session whose daemon died lasts to the end of the session's ttl, even when it
+ * was granted just before (no renewal yet) and the ttl is longer than lock-lease; then it goes
+ * by itself, with no daemon to release it. */
+START_TEST(test_dead_daemon_holds_for_ttl)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, LEASE_2S), *d2 = h_dlockd_start(R->port, LEASE_2S);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=6s"), *b = H_CLIENT(d2, "name=bob");
+    long long pttl;
+
+    H_LOCK_NEW(a, "dt");
+    pttl = h_redis_int(R->port, "PTTL", "dlock:{dt}:h", NULL);
+    ck_assert_msg(pttl > 4000, "a new hold of a 6 s session has PTTL %lld", pttl);
+    h_dlockd_kill(d1);
+    h_sleep_ms(3500); /* past lock-lease */
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK dt");
+    H_REQ(b, "OK token=%d count=1", "LOCK dt wait=10s");
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
     Suite *s = suite_create("failover");
@@ -281,6 +300,7 @@ static Suite *failover_suite(void)
     tcase_add_test(tc, test_malformed_session_id);
     tcase_add_test(tc, test_forged_move_no_record);
     tcase_add_test(tc, test_dead_waiter_dequeued);
+    tcase_add_test(tc, test_dead_daemon_holds_for_ttl);
     suite_add_tcase(s, tc);
     return s;
 }
