@@ -33,16 +33,21 @@ struct batch_op {
 
 struct batch {
     struct dlockd *d;
-    int bounded;              /* sent with a deadline */
+    int flags;                /* BATCH_BOUNDED, BATCH_UNGATED */
+    struct batch *next;       /* kept behind the gate after this one */
     int nops;
     struct strv keys, args;   /* KEYS, and ARGV from the first operation on */
     struct batch_op ops[BATCH_OPS];
 };
 
-/* The batches being gathered, bounded or not, and the event that sends them. */
+/* The batches being gathered, one per combination of flags, the event that
+ * sends them, and those kept while the gate is closed. */
 struct batcher {
     struct event *flush;
-    struct batch *open[2];
+    struct batch *open[4];
+    struct event *gate;       /* opens it */
+    uint64_t gate_until;      /* monotonic ms; 0 while open */
+    struct batch *kept, **kept_tail;
 };
 
 static void strv_add(struct strv *v, const char *s, size_t len)
@@ -202,12 +207,17 @@ static void send_batch(struct batch *b)
 {
     struct dlockd *d = b->d;
     int argc = b->keys.n + CONTRACT_HEAD + b->args.n;
-    const char **argv = malloc((size_t)argc * sizeof(*argv)), **p;
+    const char **argv, **p;
     char deadline[24], nops[16];
 
-    if (argv == NULL)
+    if (!(b->flags & BATCH_UNGATED) && batch_gated(d)) {
+        *d->batcher->kept_tail = b;
+        d->batcher->kept_tail = &b->next;
+        return;
+    }
+    if ((argv = malloc((size_t)argc * sizeof(*argv))) == NULL)
         fatalx("batch: out of memory");
-    snprintf(deadline, sizeof(deadline), "%lld", b->bounded ? deadline_now(d) : 0);
+    snprintf(deadline, sizeof(deadline), "%lld", (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
     snprintf(nops, sizeof(nops), "%d", b->nops);
     p = strv_list(&b->keys, argv);
     contract_batch_head(p, d->cfg.key_prefix, d->id, deadline, nops);
@@ -226,7 +236,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         struct batch *b = bt->open[i];
         bt->open[i] = NULL;
         if (b)
@@ -234,23 +244,52 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* The batch being gathered, opened (and its sending planned) when there is none. */
-static struct batch *open_batch(struct dlockd *d, int bounded)
+static void on_gate(evutil_socket_t fd, short what, void *arg)
+{
+    struct dlockd *d = arg;
+    struct batcher *bt = d->batcher;
+    struct batch *b = bt->kept;
+
+    (void)fd;
+    (void)what;
+    log_notice("backend: failover-delay is over, granting again");
+    bt->gate_until = 0;
+    bt->kept = NULL;
+    bt->kept_tail = &bt->kept;
+    while (b) {
+        struct batch *next = b->next;
+        b->next = NULL;
+        send_batch(b);
+        b = next;
+    }
+}
+
+static struct batcher *batcher(struct dlockd *d)
 {
     struct batcher *bt = d->batcher;
-    struct batch *b;
 
     if (bt == NULL) {
         if ((bt = d->batcher = calloc(1, sizeof(*bt))) == NULL ||
-            (bt->flush = event_new(d->base, -1, 0, on_flush, d)) == NULL)
+            (bt->flush = event_new(d->base, -1, 0, on_flush, d)) == NULL ||
+            (bt->gate = evtimer_new(d->base, on_gate, d)) == NULL)
             fatalx("batch: out of memory");
+        bt->kept_tail = &bt->kept;
     }
-    if ((b = bt->open[bounded]) != NULL)
+    return bt;
+}
+
+/* The batch being gathered, opened (and its sending planned) when there is none. */
+static struct batch *open_batch(struct dlockd *d, int flags)
+{
+    struct batcher *bt = batcher(d);
+    struct batch *b;
+
+    if ((b = bt->open[flags]) != NULL)
         return b;
-    if ((b = bt->open[bounded] = calloc(1, sizeof(*b))) == NULL)
+    if ((b = bt->open[flags] = calloc(1, sizeof(*b))) == NULL)
         fatalx("batch: out of memory");
     b->d = d;
-    b->bounded = bounded;
+    b->flags = flags;
     event_active(bt->flush, EV_TIMEOUT, 0);
     return b;
 }
@@ -266,7 +305,7 @@ static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
     }
 }
 
-int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
+int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
     struct contract_frame f;
@@ -274,7 +313,8 @@ int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const cha
 
     if (!redis_accepts(d->redis))
         return -1;
-    b = open_batch(d, bounded != 0);
+    flags &= BATCH_BOUNDED | BATCH_UNGATED;
+    b = open_batch(d, flags);
     b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
     for (int i = 0; i < nnames; i++)
         add_keys(d, &b->keys, names[i]);
@@ -282,10 +322,29 @@ int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const cha
     for (int i = 0; i < f.n; i++)
         strv_add(&b->args, f.v[i], strlen(f.v[i]));
     if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
-        d->batcher->open[bounded != 0] = NULL;
+        d->batcher->open[flags] = NULL;
         send_batch(b);
     }
     return 0;
+}
+
+void batch_gate(struct dlockd *d, int64_t ms)
+{
+    struct batcher *bt = batcher(d);
+    uint64_t until = now_ms() + (uint64_t)(ms > 0 ? ms : 0);
+    struct timeval tv;
+
+    if (ms <= 0 || until <= bt->gate_until)
+        return;
+    bt->gate_until = until;
+    tv.tv_sec = ms / 1000;
+    tv.tv_usec = (ms % 1000) * 1000;
+    evtimer_add(bt->gate, &tv);
+}
+
+int batch_gated(const struct dlockd *d)
+{
+    return d->batcher && d->batcher->gate_until != 0;
 }
 
 void batch_close(struct dlockd *d)
@@ -294,12 +353,19 @@ void batch_close(struct dlockd *d)
 
     if (bt == NULL)
         return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         if (bt->open[i]) {
             drop_all(bt->open[i]);
             batch_free(bt->open[i]);
         }
     }
+    while (bt->kept) {
+        struct batch *b = bt->kept;
+        bt->kept = b->next;
+        drop_all(b);
+        batch_free(b);
+    }
+    event_free(bt->gate);
     event_free(bt->flush);
     free(bt);
     d->batcher = NULL;

@@ -11,7 +11,7 @@ struct dlockd;
  * Adds operation op on names to the batch sent at the end of this turn of
  * the loop (at once when the batch is full). KEYS are the names' keys, the
  * operation's ARGV its names and then args (built by contract.c, NULL for
- * none; all copied). With bounded, Redis runs it only until a quarter short
+ * none; all copied). With BATCH_BOUNDED in flags, Redis runs it only until a quarter short
  * of backend-timeout after it is sent (once a reply has shown Redis's
  * clock): a batch that starts later changes nothing, and cb (then late, if
  * given) gets NULL as for a timeout. cb gets the operation's own reply,
@@ -19,9 +19,21 @@ struct dlockd;
  * it left more to hand on are poked until nothing more fits. Returns 0, or
  * -1 when Redis cannot be asked now (cb is then not called).
  */
-int batch_op(struct dlockd *d, enum op_id op, int bounded, int nnames, const char *const *names,
+#define BATCH_BOUNDED 1 /* flags of batch_op: with a deadline */
+#define BATCH_UNGATED 2 /* sent even while the gate is closed */
+
+int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg);
-/* Answers the operations not sent yet as if Redis had not answered, and frees the batches. */
+/*
+ * Closes the gate for ms from now (or longer, when it already is): batches
+ * without BATCH_UNGATED are kept, in order, and sent when it opens. After a
+ * failover nothing may be granted or handed on until every daemon could
+ * write back the holds the new master lacks.
+ */
+void batch_gate(struct dlockd *d, int64_t ms);
+/* 1 while the gate is closed. */
+int batch_gated(const struct dlockd *d);
+/* Answers the operations not sent yet (kept ones too) as if Redis had not answered, and frees the batches. */
 void batch_close(struct dlockd *d);
 
 #endif

@@ -48,6 +48,7 @@ static const struct conf_key keys[] = {
     { "session-ttl-max", CONF_DURATION, FIELD(session_ttl_max), "1h", 100, DMAX, LIVE },
     { "lock-lease", CONF_DURATION, FIELD(lock_lease), "30s", 300, DMAX, RESTART },
     { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
+    { "failover-delay", CONF_DURATION, FIELD(failover_delay), "0", 0, DMAX, LIVE },
     { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
     { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE | SECRET },
     { "adminpass", CONF_STR, FIELD(adminpass), NULL, 0, 0, LIVE | SECRET },

@@ -33,6 +33,7 @@ struct config {
     int64_t session_ttl_max;  /* ms */
     int64_t lock_lease;       /* ms: Redis-side lease of every hold */
     int64_t lock_delay;       /* ms an expired session's holds stay unavailable */
+    int64_t failover_delay;   /* ms without grants after a failover; 0: one lock-lease */
     int64_t backend_timeout;  /* ms */
     char *requirepass;        /* client password, or NULL */
     char *adminpass;          /* password of the operator verbs (it also satisfies requirepass), or NULL */

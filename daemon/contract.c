@@ -137,6 +137,20 @@ void contract_adopt_args(struct contract_args *a, long long lease, const char *h
     add(a, wids);
 }
 
+/* reassert.lua: hid, token, count, ttl, lease, bounded, client. */
+void contract_reassert_args(struct contract_args *a, const char *hid, const char *token, long long count,
+                            long long ttl, long long lease, int bounded, const char *client)
+{
+    a->n = 0;
+    add(a, hid);
+    add(a, token);
+    add_num(a, count);
+    add_num(a, ttl);
+    add_num(a, lease);
+    add(a, bounded ? "1" : "0");
+    add(a, client);
+}
+
 /* latch.lua: op, n, ttl. */
 void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl)
 {
@@ -279,6 +293,9 @@ static void decode_ok(const redisReply *rep, size_t f, enum op_id op, struct con
     case OP_ADOPT:
         r->adopt.rep = rep;
         r->adopt.first = f;
+        break;
+    case OP_REASSERT:
+        str(rep, f, r->reassert.outcome, sizeof(r->reassert.outcome));
         break;
     default:
         break;

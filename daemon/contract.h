@@ -102,6 +102,13 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
  * none), both space-separated.
  */
 void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids);
+/*
+ * Fills a with the ARGV of a REASSERT (scripts/reassert.lua): the hold hid
+ * with its token and count, its Redis lease from now and the lease recorded
+ * with it (ms), bounded (1 with lease=), its client. The strings are not copied.
+ */
+void contract_reassert_args(struct contract_args *a, const char *hid, const char *token, long long count,
+                            long long ttl, long long lease, int bounded, const char *client);
 /* Fills a with the ARGV of a LATCH (scripts/latch.lua): op create, countdown or read, with n and ttl ms. */
 void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl);
 
@@ -178,6 +185,9 @@ struct contract_reply {
             const redisReply *rep;     /* see contract_adopted */
             size_t first;
         } adopt;                       /* ADOPT: OK */
+        struct {
+            char outcome[16];          /* "kept", "restored" or "lost" */
+        } reassert;                    /* REASSERT: OK */
         struct {
             long long count;           /* holds freed: see contract_forced */
             int more;                  /* 1 when holds are left (FORCE_MAX in force.lua) */

@@ -123,6 +123,7 @@ static const struct redis_owner redis_owner = {
     .broadcast = conn_broadcast,
     .message = on_message,
     .renew = renew_now,
+    .failover = renew_failover,
 };
 
 void daemon_init(struct dlockd *d)

@@ -50,6 +50,8 @@ struct redis {
     struct deadline handshake; /* the handshake must be over by then */
     char addr[300];            /* of Redis, for logs */
     char error[256];           /* the last failure: why the link is down or in jeopardy */
+    char run_id[41];           /* of the Redis the link was last up to; "" before */
+    char run_id_now[41];       /* of the one this handshake reached */
     char latch_channel[256];   /* where a latch that reaches 0 is announced */
     int closed;                /* shutting down: no reconnects */
     uint64_t answering_sent;   /* sent time of the call whose callback runs */
@@ -454,6 +456,13 @@ static void link_up(struct redis *rd)
         rd->reconnects++;
         notify("STATUS=serving, Redis connected again");
     }
+    /* Another server, or one restarted: it may lack holds that were granted. */
+    if (rd->run_id[0] && strcmp(rd->run_id, rd->run_id_now) != 0) {
+        memcpy(rd->run_id, rd->run_id_now, sizeof(rd->run_id));
+        rd->owner->failover(rd->d);
+        return;
+    }
+    memcpy(rd->run_id, rd->run_id_now, sizeof(rd->run_id));
     rd->owner->renew(rd->d);
 }
 
@@ -503,6 +512,25 @@ static void on_policy(redisAsyncContext *ac, void *reply, void *privdata)
     if (strcmp(policy, POLICY_NEEDED) != 0)
         link_fail(ac->data, 1, "Redis maxmemory-policy is %s; dlockd needs " POLICY_NEEDED,
                   policy[0] ? policy : "unknown");
+}
+
+/* INFO server: the run_id, which tells a failover or a restart from a reconnect. */
+static void on_server(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    struct redis *rd = ac->data;
+    redisReply *r = current(ac, reply);
+    const char *p;
+
+    (void)privdata;
+    if (r == NULL)
+        return;
+    p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    if (p == NULL) {
+        link_fail(rd, 0, "INFO server: %s", r->type == REDIS_REPLY_ERROR ? r->str : "no run_id");
+        return;
+    }
+    p += strlen("run_id:");
+    snprintf(rd->run_id_now, sizeof(rd->run_id_now), "%.*s", (int)strcspn(p, "\r\n"), p);
 }
 
 static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
@@ -619,6 +647,7 @@ static void connect_link(struct redis *rd)
         return;
     }
     redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
+    redisAsyncCommand(rd->ac, on_server, rd, "INFO server");
     for (int i = 0; i < SCRIPT_COUNT; i++)
         redisAsyncCommand(rd->ac, on_loaded, &scripts[i],
                           scripts[i].function ? "FUNCTION LOAD REPLACE %s" : "SCRIPT LOAD %s", scripts[i].body);

@@ -22,6 +22,7 @@ struct redis_owner {
     void (*broadcast)(struct dlockd *d, const char *event);        /* to every session: JEOPARDY, SAFE */
     void (*message)(struct dlockd *d, int latch, const char *msg); /* on the latch channel (1) or this daemon's */
     void (*renew)(struct dlockd *d);                               /* renew every lease now: the link is back */
+    void (*failover)(struct dlockd *d);                            /* the same, to another server than before */
 };
 
 /* A link to Redis that reports to owner (not copied), not connected yet. */

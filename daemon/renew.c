@@ -1,6 +1,7 @@
 /* renew.c - every lock-lease/3 one task extends the Redis lease of every hold
  * and queue entry of this daemon, many per script call; what it finds gone is
- * reported lost (holds) or checked again (waits). */
+ * reported lost (holds) or checked again (waits). After a failover it writes
+ * the holds back instead, one batch operation each. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,10 +9,12 @@
 
 #include <event2/event.h>
 
+#include "batch.h"
 #include "contract.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "hold.h"
+#include "hooks.h"
 #include "wait.h"
 #include "log.h"
 #include "record.h"
@@ -21,6 +24,7 @@
 
 #define RENEW_BATCH 200 /* leases per script call */
 #define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
+#define REASSERT_WINDOW (RENEW_BATCH * RENEW_WINDOW) /* holds written back at once */
 
 /* One lease to extend: offsets in its batch's text of the script's
  * arguments, and of what identifies the hold if Redis lost it. */
@@ -49,7 +53,18 @@ struct cycle {
     int inflight;       /* calls not yet answered */
     int sent;           /* calls sent */
     int failed;         /* a call could not be sent, failed or timed out */
+    int reassert;       /* write holds back (after a failover) rather than renew them */
+    int stale;          /* sent before a failover: what it finds gone proves nothing */
 };
+
+/* A hold being written back. */
+struct back {
+    char *name;
+    char hid[HID_MAX + 1];
+    char token[TOKEN_MAX];
+};
+
+static int reasserting; /* cycles write holds back until one succeeds whole */
 
 static struct cycle cycle;
 
@@ -69,7 +84,7 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
     cy->inflight--;
     if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
         cy->failed = 1;
-    } else {
+    } else if (!cy->stale) {
         long long k;
         d->stats.renewed += (uint64_t)b->n;
         for (size_t j = 0; contract_renew_gone(rep, j, &k) == 0; j++) {
@@ -191,6 +206,46 @@ static void add(struct cycle *cy, const char *name, const char *pre, const char 
         flush(cy);
 }
 
+static void on_reasserted(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct back *bk = arg;
+    struct cycle *cy = &cycle;
+
+    cy->inflight--;
+    if (rep == NULL || rep->status != CONTRACT_OK)
+        cy->failed = 1;
+    else if (strcmp(rep->reassert.outcome, "lost") == 0)
+        hold_lost(d, bk->name, bk->hid, bk->token, "backend");
+    else if (strcmp(rep->reassert.outcome, "restored") == 0)
+        log_info("backend: hold of %s written back to the new master (token %s)", bk->name, bk->token);
+    free(bk->name);
+    free(bk);
+    fill(cy);
+}
+
+/* Writes h back with a batch operation: one per hold, as rare as failovers. */
+static void reassert(struct cycle *cy, const char *name, const struct hold *h, long long ttl)
+{
+    struct contract_args args;
+    struct back *bk = calloc(1, sizeof(*bk));
+    long long lease = h->lease ? ttl : cy->d->cfg.lock_lease;
+
+    if (bk == NULL || (bk->name = strdup(name)) == NULL)
+        fatalx("renew: out of memory");
+    snprintf(bk->hid, sizeof(bk->hid), "%s", h->hid);
+    snprintf(bk->token, sizeof(bk->token), "%llu", h->token);
+    contract_reassert_args(&args, bk->hid, bk->token, h->count, ttl, lease, h->lease != NULL, h->s->name);
+    if (cy->d->hooks->script(cy->d, OP_REASSERT, BATCH_BOUNDED | BATCH_UNGATED, 1, &name, &args, on_reasserted,
+                             NULL, bk)) {
+        cy->failed = 1;
+        cy->table = NULL;
+        free(bk->name);
+        free(bk);
+        return;
+    }
+    cy->inflight++;
+}
+
 static int add_name(const char *name, void *val, void *arg)
 {
     struct cycle *cy = arg;
@@ -207,6 +262,10 @@ static int add_name(const char *name, void *val, void *arg)
             if (h->lease->dl.when <= now)
                 continue;
             left = (long long)(h->lease->dl.when - now);
+        }
+        if (cy->reassert) {
+            reassert(cy, name, h, left);
+            continue;
         }
         snprintf(token, sizeof(token), "%llu", h->token);
         snprintf(lease, sizeof(lease), "%lld", left);
@@ -234,6 +293,10 @@ static void end(struct cycle *cy)
 {
     cy->running = 0;
     log_debug("renew: %d calls%s", cy->sent, cy->failed ? ", some failed" : "");
+    if (cy->reassert && !cy->failed) {
+        reasserting = 0;
+        log_notice("backend: every hold of this daemon is on the new master");
+    }
     if (!cy->failed)
         redis_renewed(cy->d->redis);
     if (cy->again)
@@ -245,7 +308,7 @@ static void fill(struct cycle *cy)
 {
     struct dlockd *d = cy->d;
 
-    while (cy->table && cy->inflight < RENEW_WINDOW) {
+    while (cy->table && cy->inflight < (cy->reassert ? REASSERT_WINDOW : RENEW_WINDOW)) {
         cy->cursor = dict_scan(cy->table, cy->cursor, cy->table == d->names ? add_name : add_wait, cy);
         if (cy->cursor == 0)
             cy->table = cy->table == d->names ? d->waits : NULL;
@@ -266,11 +329,32 @@ void renew_now(struct dlockd *d)
     }
     if (!redis_up(d->redis))
         return;
-    *cy = (struct cycle){ .d = d, .running = 1, .table = d->names };
+    *cy = (struct cycle){ .d = d, .running = 1, .table = d->names, .reassert = reasserting };
     snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
     redis_renewing(d->redis);
     record_renew(d);
     fill(cy);
+}
+
+void renew_failover(struct dlockd *d)
+{
+    struct cycle *cy = &cycle;
+    int64_t delay = d->cfg.failover_delay ? d->cfg.failover_delay : d->cfg.lock_lease;
+
+    log_warnx("backend: Redis is another server now (a failover, or a restart): writing holds back, no grants"
+              " for %lldms", (long long)delay);
+    reasserting = 1;
+    batch_gate(d, delay);
+    if (cy->running && !cy->reassert) {
+        cy->stale = 1;
+        cy->failed = 1;
+        cy->table = NULL;
+        if (cy->b) {
+            batch_free(cy->b);
+            cy->b = NULL;
+        }
+    }
+    renew_now(d);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

@@ -10,5 +10,13 @@ void renew_start(struct dlockd *d);
  * reconnect, or to end jeopardy). Only a cycle in which every call succeeded
  * ends jeopardy. */
 void renew_now(struct dlockd *d);
+/*
+ * The link is up on a new master (a failover, or a Redis restarted): the
+ * cycle running, if any, reports nothing lost; the next cycles write back
+ * every hold this daemon has (scripts/reassert.lua) instead of renewing it,
+ * until one succeeds whole. The gate (batch_gate) stays closed meanwhile
+ * and for failover-delay after.
+ */
+void renew_failover(struct dlockd *d);
 
 #endif

@@ -18,6 +18,7 @@ enum op_id {
     OP_LATCH,
     OP_LOCK,
     OP_POKE,
+    OP_REASSERT,
     OP_STATUS,
     OP_UNLOCK,
     OP_COUNT

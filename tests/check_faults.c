@@ -1,6 +1,7 @@
 /* check_faults.c - integration tests of crashes and Redis failures, and of several dlockd instances on one Redis. */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ START_TEST(test_kill9_daemon_lease)
 {
     struct h_dlockd *d1 = h_dlockd_start(R->port, H_ARGS("--lock-lease", "3s"));
     struct h_dlockd *d2 = h_dlockd_start(R->port, H_ARGS("--lock-lease", "3s"));
-    struct h_conn *a = H_CLIENT(d1, "name=alice");
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=3s"); /* no longer than the lease: holds end with it */
     struct h_conn *b = H_CLIENT(d2, "name=bob");
     struct h_conn *c = H_CLIENT(d2, "name=carol");
     long long t = H_LOCK_NEW(a, "k"), t2 = H_LOCK_NEW(a, "k2");
@@ -55,6 +56,7 @@ START_TEST(test_kill9_daemon_lease)
     ck_assert_int_eq(h_send(c, "LOCK k2 wait=20s"), 0);
     wait_queued(b, "k2", 1);
     h_sleep_ms(500);
+    H_REQ(a, "OK", "PING");
     killed = h_now_ms();
     h_dlockd_kill(d1);
 
@@ -92,32 +94,71 @@ START_TEST(test_kill9_daemon_lease)
 }
 END_TEST
 
+static const char *const LEASE_3S[] = { "--lock-lease", "3s", NULL };
+
+/* A Redis restarted empty lacks every hold: dlockd writes them back with their tokens (the
+ * holders hear JEOPARDY and SAFE, no LOST), and grants nothing new for failover-delay (one
+ * lock-lease here), so a daemon that writes back later still finds its names free. */
 START_TEST(test_redis_restart_empty)
 {
-    struct h_dlockd *d = h_dlockd_start(R->port, NULL);
-    struct h_conn *a = H_CLIENT(d, "name=alice");
-    struct h_conn *b = H_CLIENT(d, "name=bob");
-    long long t = H_LOCK_NEW(a, "rr");
-    const char *r = NULL;
-    char pat[128];
-    int64_t deadline;
+    struct h_dlockd *d = h_dlockd_start(R->port, LEASE_3S), *d2 = h_dlockd_start(R->port, LEASE_3S);
+    struct h_conn *a = H_CLIENT(d, "name=alice"), *b = H_CLIENT(d2, "name=bob");
+    long long t = H_LOCK_NEW(a, "rr"), t2 = H_LOCK_NEW(b, "rs");
+    long long sent;
+    char pat[128], *v;
+    const char *r;
 
     h_redis_kill(R);
     h_redis_restart(R); /* same port, no persistence: empty */
-    snprintf(pat, sizeof pat, "* LOST rr token=%lld reason=backend", t);
-    H_EVENT(a, pat, 10000);
+    H_EVENT(a, "* JEOPARDY", 5000);
+    H_EVENT(a, "* SAFE", 5000 + 3000);
+    ck_assert_ptr_null(h_event(a, "* LOST %*", 100));
+    snprintf(pat, sizeof pat, "%lld", t);
+    v = h_redis_cmd(R->port, "HGETALL", "dlock:{rr}:h", NULL);
+    ck_assert_msg(v && strstr(v, pat), "the hold of rr in Redis after the restart: %s", v ? v : "(none)");
+    free(v);
 
-    /* The next grant of the name still gets a greater token; allow the daemon to settle after reconnecting. */
-    for (deadline = h_now_ms() + 5000; h_now_ms() < deadline; h_sleep_ms(200)) {
-        r = h_request(b, H_TIMEOUT, "LOCK rr");
-        if (r == NULL || !h_match(r, "ERR BACKEND%*"))
-            break;
-    }
-    ck_assert_msg(r != NULL && h_match(r, "OK token=%d count=1"), "LOCK rr after the restart -> %s",
-                  r ? r : "(nothing)");
+    /* Within failover-delay a free name is not granted: the answer waits for the gate. */
+    sent = h_now_ms();
+    r = H_REQ(b, "OK token=%d count=1", "LOCK fresh");
+    ck_assert_msg(h_now_ms() - sent > 1000, "LOCK of a free name answered %lld ms after the restart's SAFE",
+                  h_now_ms() - sent);
+    ck_assert_int_gt(h_kv_int(r, "token"), t);
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK rr");
+    H_REQ(a, "BUSY holder=bob ttl=%d", "LOCK rs");
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a, pat, "LOCK rr");
+    H_REQ(a, "OK count=0", "UNLOCK rr all");
+    r = H_REQ(b, "OK token=%d count=1", "LOCK rr");
     ck_assert_msg(h_kv_int(r, "token") > t, "token %lld after the restart, %lld before", h_kv_int(r, "token"), t);
-    H_REQ(a, "ERR NOTHELD%*", "UNLOCK rr");
-    H_REQ(a, "OK", "PING");
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t2);
+    H_REQ(b, pat, "LOCK rs");
+}
+END_TEST
+
+/* A hold that cannot be written back, because the name is taken on the new Redis, is LOST
+ * with reason=backend: never kept silently. */
+START_TEST(test_redis_restart_conflict)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, LEASE_3S);
+    struct h_conn *a = H_CLIENT(d, "name=alice");
+    long long t = H_LOCK_NEW(a, "rc");
+    char pat[128];
+    char *v;
+
+    kill(d->pid, SIGSTOP);
+    h_redis_kill(R);
+    h_redis_restart(R);
+    free(h_redis_cmd(R->port, "HSET", "dlock:{rc}:h", "xffffffffffffffff:", "1 5 0 3000 0 ffffffffffffffff - mallory",
+                     NULL));
+    free(h_redis_cmd(R->port, "ZADD", "dlock:{rc}:x", "99999999999999", "xffffffffffffffff:", NULL));
+    kill(d->pid, SIGCONT);
+    snprintf(pat, sizeof pat, "* LOST rc token=%lld reason=backend", t);
+    H_EVENT(a, pat, 10000);
+    H_REQ(a, "ERR NOTHELD%*", "UNLOCK rc");
+    v = h_redis_cmd(R->port, "HGETALL", "dlock:{rc}:h", NULL);
+    ck_assert_msg(v && strstr(v, "mallory") && !strstr(v, "alice"), "rc in Redis: %s", v ? v : "(none)");
+    free(v);
 }
 END_TEST
 
@@ -221,6 +262,7 @@ static Suite *faults_suite(void)
     tcase_set_timeout(tc, 90);
     tcase_add_test(tc, test_kill9_daemon_lease);
     tcase_add_test(tc, test_redis_restart_empty);
+    tcase_add_test(tc, test_redis_restart_conflict);
     tcase_add_test(tc, test_two_daemons_mutex);
     tcase_add_test(tc, test_two_daemons_fifo);
     tcase_add_test(tc, test_redis_stopped);
