@@ -34,7 +34,7 @@
 #define NS 2 /* semaphore names */
 #define NC 4 /* sessions, one connection each */
 #define NO 2 /* owners per session */
-#define LEASE_MS 30000 /* the daemon's default lock-lease: the upper bound of BUSY ttl= */
+#define SESSION_TTL_MS 600000 /* of every session: the upper bound of BUSY ttl= (longer than lock-lease) */
 #define MAX_REPORTED 30 /* divergences printed in full */
 
 static const char *const LNAME[NL] = {"m.a", "m.b", "m.c", "m.d"};
@@ -207,7 +207,7 @@ static unsigned conflicts(int n, int ci, int oi, int m)
     return mask;
 }
 
-/* Checks "BUSY holder=<name of a session in mask> ttl=<0..lease>". */
+/* Checks "BUSY holder=<name of a session in mask> ttl=<0..the sessions' ttl>". */
 static void check_busy_lock(const char *r, unsigned mask)
 {
     char holder[64];
@@ -217,13 +217,13 @@ static void check_busy_lock(const char *r, unsigned mask)
     if (r != NULL && h_match(r, "BUSY holder=%w ttl=%d") && h_kv(r, "holder", holder, sizeof holder) == 0) {
         ttl = h_kv_int(r, "ttl");
         for (int c = 0; c < NC; c++) {
-            char name[8];
+            char name[16];
 
             snprintf(name, sizeof name, "s%d", c);
             if ((mask & (1u << c)) && strcmp(holder, name) == 0)
                 ok = 1;
         }
-        ok = ok && ttl >= 0 && ttl <= LEASE_MS;
+        ok = ok && ttl >= 0 && ttl <= SESSION_TTL_MS;
     }
     if (!ok) {
         char want[64] = "";
@@ -231,7 +231,7 @@ static void check_busy_lock(const char *r, unsigned mask)
         for (int c = 0; c < NC; c++)
             if (mask & (1u << c))
                 snprintf(want + strlen(want), sizeof want - strlen(want), "%ss%d", want[0] ? "|" : "", c);
-        diverge(r, "BUSY holder=%s ttl=0..%d", want, LEASE_MS);
+        diverge(r, "BUSY holder=%s ttl=0..%d", want, SESSION_TTL_MS);
     }
 }
 
@@ -766,7 +766,7 @@ START_TEST(test_model)
     for (int c = 0; c < NC; c++) {
         char hello[40];
 
-        snprintf(hello, sizeof hello, "name=s%d ttl=10m", c);
+        snprintf(hello, sizeof hello, "name=s%d ttl=%dms", c, SESSION_TTL_MS);
         C[c] = H_CLIENT(D, hello);
     }
     t0 = h_now_ms();

@@ -426,7 +426,7 @@ END_TEST
 START_TEST(test_sigterm)
 {
     struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--lock-lease", "3s"));
-    struct h_conn *a = H_CLIENT(d, "name=holder ttl=60s");
+    struct h_conn *a = H_CLIENT(d, "name=holder ttl=2s"); /* shorter than the lease: its holds end with it */
     struct h_conn *b = H_CLIENT(d, "name=idle ttl=60s");
     struct h_dlockd *d2;
     struct h_conn *x;
