@@ -5,8 +5,6 @@
                     at once) as far as dlockd told them
   token order       a new hold's fencing token is not above every token of that name read
                     before its request was sent (Redis restarts included), or two new holds share one
-  lost unreported   Redis restarted empty and a hold of a connected session got no * LOST
-                    before that session's next * SAFE (or at all)
   vanished          ERR NOTHELD, or a new token, for a hold dlockd had confirmed and never
                     reported lost, with nothing in between that could have ended it
   phantom           dlockd re-entered or released a hold the session was never granted (a grant
@@ -30,6 +28,8 @@ A hold is *at risk* - another grant while it is believed is then no violation by
 * JEOPARDY read on its session's connection (or the start of a Redis outage when the session had
 no connection to hear it) and from a Redis restart that lost data, until * SAFE or a later reply
 with its token confirms it - then every grant in between was a double grant - or * LOST ends it.
+A Redis restarted without its data gets the holds written back (PROTOCOL.md, section 9): a * SAFE
+after it confirms them, so a grant of their names in between is a double grant.
 """
 
 import bisect
@@ -40,7 +40,6 @@ INF = float("inf")
 MS = 1_000_000
 SLACK = 50 * MS        # clock granularity between dlockd, Redis and this process
 OUTLIVE = 3000 * MS    # how late past its ttl a session may still be resumed
-NEVER_TOLD = 15_000 * MS
 
 
 class Ev:
@@ -151,7 +150,6 @@ class Checker:
         self.build()
         self.conflicts()
         self.tokens()
-        self.must_lose()
         return self.out
 
     # ------------------------------------------------------------------ pass 1: collect
@@ -632,24 +630,6 @@ class Checker:
                 if best is not None and g.token <= best.token and best is not g:
                     self.flag("token order", "%s: %s sent at %s got token %s, not above token %s read at %s" % (
                         name, self.reqs[g.rid]["line"], self.ts(g.send), g.token, best.token, self.ts(best.read)))
-
-    def must_lose(self):
-        for k, empty in self.losses:
-            if not empty:
-                continue
-            for h in self.holds:
-                s = self.session(h.s)
-                cid = self.conn_at(s, k)
-                if not h.start < k < h.end or cid is None:
-                    continue
-                safe = next((t for t, c, _ in s.safes if t > k and c == cid), None)
-                if safe is not None and h.end > safe:
-                    self.flag("lost unreported", "Redis restarted empty at %s; %r: * SAFE at %s and no * LOST" % (
-                        self.ts(k), h, self.ts(safe)))
-                elif safe is None and h.why == "round end" and self.conn_at(s, self.t_end) == cid and \
-                        self.t_end - k > NEVER_TOLD:
-                    self.flag("lost unreported", "Redis restarted empty at %s; %r was never reported lost" % (
-                        self.ts(k), h))
 
 
 def check(records, cfg):

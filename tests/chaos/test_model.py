@@ -119,6 +119,7 @@ def case_jeopardy_safe():
 
 
 def case_restart_empty():
+    """dlockd writes the hold back to the empty Redis: SAFE, no LOST, and the hold goes on."""
     h = History()
     heartbeats(h, 0, 3000)
     h.req(10, 0, "LOCK x", "OK token=10 count=1")
@@ -127,7 +128,23 @@ def case_restart_empty():
     h.ev(501, 0, "* JEOPARDY")
     h.add(k="redis", what="up", t=900)
     h.ev(1000, 0, "* SAFE")
-    return h.check(), {"lost unreported"}
+    h.req(1500, 0, "LOCK x", "OK token=10 count=2")
+    return h.check(), set()
+
+
+def case_restart_empty_granted_before_safe():
+    """Another session granted the name after the restart, before the hold was confirmed back."""
+    h = History()
+    heartbeats(h, 0, 3000)
+    heartbeats(h, 1, 3000)
+    h.req(10, 0, "LOCK x", "OK token=10 count=1")
+    h.add(k="redis", what="down", t=500)
+    h.add(k="redis", what="lost", t=500, empty=True)
+    h.ev(501, 0, "* JEOPARDY")
+    h.add(k="redis", what="up", t=900)
+    h.req(950, 1, "LOCK x", "OK token=11 count=1")
+    h.ev(1000, 0, "* SAFE")
+    return h.check(), {"double grant"}
 
 
 def case_restart_empty_lost():
