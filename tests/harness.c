@@ -643,7 +643,8 @@ static void h_register(void **table, void *p)
     H_FAIL("more than %d processes of one kind", H_MAX_PROCS);
 }
 
-struct h_redis *h_redis_start(const char *const *extra)
+/* h_redis_start on a port pick() gives. */
+static struct h_redis *h_redis_start_on(const char *const *extra, int (*pick)(void))
 {
     struct h_redis *r = calloc(1, sizeof *r);
 
@@ -654,13 +655,18 @@ struct h_redis *h_redis_start(const char *const *extra)
     h_register((void **)h_redises, r);
     /* A port found free may be taken before redis binds it: try another one. */
     for (int attempt = 0; attempt < 3; attempt++) {
-        r->port = h_free_port();
+        r->port = pick();
         if (h_redis_spawn(r))
             return r;
     }
     fprintf(stderr, "---- tail of %s ----\n", r->log);
     h_print_tail(r->log, H_TAIL_LINES);
     H_FAIL("redis-server (%s) did not answer PING; log in %s", h_redis_path(), r->log);
+}
+
+struct h_redis *h_redis_start(const char *const *extra)
+{
+    return h_redis_start_on(extra, h_free_port);
 }
 
 int h_redis_stop(struct h_redis *r)
@@ -714,6 +720,48 @@ struct h_cnode {
     char master_id[64]; /* of its master, "-" for a master */
     const char *slots; /* the rest of the line: its slots, ranges and [migrations] */
 };
+
+/* 1 when port can be bound on loopback now. */
+static int h_port_bindable(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+    if (fd < 0)
+        H_FAIL("socket: %s", strerror(errno));
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/*
+ * A free port for a cluster node: Redis refuses ports above 55535 in cluster
+ * mode (its bus listens on port + 10000), so both must be free, and both are
+ * taken in 12000-31999, below Linux's ephemeral ports, so that no outgoing
+ * connection takes them in the meantime.
+ */
+static int h_cluster_free_port(void)
+{
+    static unsigned seed;
+
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)h_now_ms();
+    for (int tries = 0; tries < 500; tries++) {
+        int port = 12000 + rand_r(&seed) % 10000, used = 0;
+
+        for (size_t i = 0; i < h_nused_ports; i++)
+            used |= h_used_ports[i] == port || h_used_ports[i] == port + 10000;
+        if (used || !h_port_bindable(port) || !h_port_bindable(port + 10000))
+            continue;
+        if (h_nused_ports + 2 <= sizeof h_used_ports / sizeof h_used_ports[0]) {
+            h_used_ports[h_nused_ports++] = port;
+            h_used_ports[h_nused_ports++] = port + 10000;
+        }
+        return port;
+    }
+    H_FAIL("no free port pair for a cluster node found");
+}
 
 /* 1 when the comma-separated flags hold flag. */
 static int h_has_flag(const char *flags, const char *flag)
@@ -955,7 +1003,7 @@ struct h_cluster *h_cluster_start(const char *const *extra)
     }
     args[n] = NULL;
     for (int i = 0; i < H_CLUSTER_NODES; i++) {
-        c->node[i] = h_redis_start(args);
+        c->node[i] = h_redis_start_on(args, h_cluster_free_port);
         c->port[i] = c->node[i]->port;
     }
     h_cluster_create(c);

@@ -140,7 +140,7 @@ struct h_cluster {
 
 /*
  * Starts six redis-servers in cluster mode (node timeout 2 s) on free
- * loopback ports, extra (may be NULL) appended to each, joins them with
+ * loopback ports in 12000-21999 (their bus ports, 10000 higher, free too), extra (may be NULL) appended to each, joins them with
  * `redis-cli --cluster create --cluster-replicas 1` and waits (h_cluster_wait)
  * until every node sees the same slots, all served, each master with its
  * replica. Fails the test otherwise. The nodes belong to the calling process.
