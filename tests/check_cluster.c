@@ -1,6 +1,7 @@
 /* check_cluster.c - daemon/cluster.c: key slots, CLUSTER SLOTS tables and redirects on their own, then the
  * router against a real 3-master cluster: tables from every seed, commands on the right node, and calls that
- * still succeed through a CLUSTER FAILOVER, a slot migration (ASK, then MOVED) and a kill -9 of a master. */
+ * still succeed through a timeout, a CLUSTER FAILOVER, a slot migration (ASK, then MOVED), a kill -9 of a master
+ * and with AUTH. */
 #include <check.h>
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
@@ -606,6 +607,49 @@ START_TEST(test_routing)
 }
 END_TEST
 
+static int nlate;
+static struct reply late_rep;
+
+static void on_late(struct dlockd *d, redisReply *r, void *arg)
+{
+    (void)arg;
+    on_reply(d, r, &late_rep);
+    nlate++;
+}
+
+/* A master that stops answering: the call is answered NULL at backend-timeout, its late reply comes when the
+ * master answers again, and a refresh was started. */
+START_TEST(test_timeout_late)
+{
+    const char *argv[] = {"SET", "late:1", "v"};
+    struct cluster *c = router_on(C->port[0]);
+    struct h_redis *master = C->node[h_cluster_index(C, cluster_node_for_slot(c, cluster_slot("late:1", 6))->port)];
+    struct reply rep;
+    sds cmd;
+    int64_t t0;
+
+    dd->cfg.backend_timeout = 300;
+    nlate = 0;
+    h_redis_pause(master);
+    ck_assert_int_ge(redisFormatSdsCommandArgv(&cmd, 3, argv, NULL), 0);
+    memset(&rep, 0, sizeof(rep));
+    t0 = h_now_ms();
+    ck_assert_int_eq(cluster_send(c, cluster_slot("late:1", 6), cmd, on_reply, on_late, &rep), 0);
+    ck_assert(spin_until(&rep.done, 1, CALL_MS));
+    ck_assert_int_eq(rep.type, 0);
+    ck_assert_int_ge(h_now_ms() - t0, 300);
+    ck_assert_int_eq(nlate, 0);
+    h_redis_resume(master); /* long before the node timeout of 2 s: no failover */
+    ck_assert(spin_until(&nlate, 1, CALL_MS));
+    ck_assert_int_eq(late_rep.type, REDIS_REPLY_STATUS);
+    ck_assert_str_eq(late_rep.str, "OK");
+    ck_assert(spin_until(&nrefreshed, 2, CALL_MS));
+    spin(50);
+    ck_assert_int_eq(nlate, 1);
+    cluster_free(c);
+}
+END_TEST
+
 /* After a CLUSTER FAILOVER, a router with the old table follows MOVED to the new master and refreshes. */
 START_TEST(test_failover)
 {
@@ -757,6 +801,37 @@ START_TEST(test_kill_master)
 }
 END_TEST
 
+/* Nodes that require a password: the router sends AUTH first; a wrong one fails the refresh, naming AUTH. */
+START_TEST(test_auth)
+{
+    static struct reply reps[NKEYS];
+    struct cluster *c;
+    int set = 0;
+
+    /* The master killed by test_kill_master (in another process: its pid is still here) answers nothing. */
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        char *r = h_redis_cmd(C->port[i], "CONFIG", "SET", "requirepass", "s3cret", NULL);
+
+        ck_assert_msg(r == NULL || strcmp(r, "OK") == 0, "requirepass on %d: %s", C->port[i], r);
+        set += r != NULL;
+        free(r);
+    }
+    ck_assert_int_ge(set, H_CLUSTER_NODES - 1);
+    dd->cfg.redis_password = "wrong";
+    c = cluster_new(dd, &owner, &(struct addr){.host = "127.0.0.1", .port = C->port[1]}, 1);
+    cluster_refresh(c);
+    ck_assert(spin_until(&nrefreshed, 1, CALL_MS));
+    ck_assert(!last_ok);
+    ck_assert_msg(strstr(cluster_error(c), "AUTH: WRONGPASS") != NULL, "error: %s", cluster_error(c));
+    cluster_free(c);
+
+    dd->cfg.redis_password = "s3cret";
+    c = router_on(C->port[1]);
+    ck_assert_int_eq(set_all_once(c, "auth", 60, reps, NULL), 60);
+    cluster_free(c);
+}
+END_TEST
+
 static Suite *cluster_suite(void)
 {
     Suite *s = suite_create("cluster");
@@ -778,9 +853,11 @@ static Suite *cluster_suite(void)
     tcase_add_test(live, test_refresh_seeds);
     tcase_add_test(live, test_refresh_silent_seed);
     tcase_add_test(live, test_routing);
+    tcase_add_test(live, test_timeout_late);
     tcase_add_test(live, test_failover);
     tcase_add_test(live, test_migration);
     tcase_add_test(live, test_kill_master);
+    tcase_add_test(live, test_auth); /* last: the nodes want a password from here */
     suite_add_tcase(s, live);
     return s;
 }
