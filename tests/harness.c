@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
 #ifndef REDIS_SERVER
 #define REDIS_SERVER "redis-server"
 #endif
@@ -641,7 +643,8 @@ static void h_register(void **table, void *p)
     H_FAIL("more than %d processes of one kind", H_MAX_PROCS);
 }
 
-struct h_redis *h_redis_start(const char *const *extra)
+/* h_redis_start on a port pick() gives. */
+static struct h_redis *h_redis_start_on(const char *const *extra, int (*pick)(void))
 {
     struct h_redis *r = calloc(1, sizeof *r);
 
@@ -652,13 +655,18 @@ struct h_redis *h_redis_start(const char *const *extra)
     h_register((void **)h_redises, r);
     /* A port found free may be taken before redis binds it: try another one. */
     for (int attempt = 0; attempt < 3; attempt++) {
-        r->port = h_free_port();
+        r->port = pick();
         if (h_redis_spawn(r))
             return r;
     }
     fprintf(stderr, "---- tail of %s ----\n", r->log);
     h_print_tail(r->log, H_TAIL_LINES);
     H_FAIL("redis-server (%s) did not answer PING; log in %s", h_redis_path(), r->log);
+}
+
+struct h_redis *h_redis_start(const char *const *extra)
+{
+    return h_redis_start_on(extra, h_free_port);
 }
 
 int h_redis_stop(struct h_redis *r)
@@ -696,6 +704,338 @@ void h_redis_resume(struct h_redis *r)
 {
     if (r->pid > 0)
         kill(r->pid, SIGCONT);
+}
+
+/* --------------------------------------------------------- Redis Cluster */
+
+#define H_CLUSTER_MAX_SEEN 16   /* nodes one CLUSTER NODES reply may list */
+#define H_CLUSTER_FORM_MS 30000 /* how long redis-cli --cluster create and the first agreement may take */
+
+/* One line of CLUSTER NODES. */
+struct h_cnode {
+    char id[64];
+    int port;
+    int master;        /* its flags say master */
+    int failed;        /* its flags say fail (not only fail?) */
+    char master_id[64]; /* of its master, "-" for a master */
+    const char *slots; /* the rest of the line: its slots, ranges and [migrations] */
+};
+
+/* 1 when port can be bound on loopback now. */
+static int h_port_bindable(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+    if (fd < 0)
+        H_FAIL("socket: %s", strerror(errno));
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+/*
+ * A free port for a cluster node: Redis refuses ports above 55535 in cluster
+ * mode (its bus listens on port + 10000), so both must be free, and both are
+ * taken in 12000-31999, below Linux's ephemeral ports, so that no outgoing
+ * connection takes them in the meantime.
+ */
+static int h_cluster_free_port(void)
+{
+    static unsigned seed;
+
+    if (seed == 0)
+        seed = (unsigned)getpid() ^ (unsigned)h_now_ms();
+    for (int tries = 0; tries < 500; tries++) {
+        int port = 12000 + rand_r(&seed) % 10000, used = 0;
+
+        for (size_t i = 0; i < h_nused_ports; i++)
+            used |= h_used_ports[i] == port || h_used_ports[i] == port + 10000;
+        if (used || !h_port_bindable(port) || !h_port_bindable(port + 10000))
+            continue;
+        if (h_nused_ports + 2 <= sizeof h_used_ports / sizeof h_used_ports[0]) {
+            h_used_ports[h_nused_ports++] = port;
+            h_used_ports[h_nused_ports++] = port + 10000;
+        }
+        return port;
+    }
+    H_FAIL("no free port pair for a cluster node found");
+}
+
+/* 1 when the comma-separated flags hold flag. */
+static int h_has_flag(const char *flags, const char *flag)
+{
+    size_t n = strlen(flag);
+
+    for (const char *p = flags; p != NULL; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, flag, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+/* Parses the CLUSTER NODES reply text (modified in place) into out. Returns the number of nodes, or -1. */
+static int h_cluster_parse_nodes(char *text, struct h_cnode *out, int max)
+{
+    int n = 0;
+
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char addr[300], flags[128];
+        const char *colon;
+        int off = 0;
+
+        if (n == max || sscanf(line, "%63s %299s %127s %63s %*s %*s %*s %*s%n", out[n].id, addr, flags,
+                               out[n].master_id, &off) != 4 || off == 0)
+            return -1;
+        addr[strcspn(addr, "@,")] = '\0';
+        if ((colon = strrchr(addr, ':')) == NULL)
+            return -1;
+        out[n].port = atoi(colon + 1);
+        out[n].master = h_has_flag(flags, "master");
+        out[n].failed = h_has_flag(flags, "fail");
+        out[n].slots = line + off;
+        n++;
+    }
+    return n;
+}
+
+/* CLUSTER NODES of the node at port into nodes; *text must be freed. Returns the number of nodes, or -1. */
+static int h_cluster_nodes(int port, struct h_cnode *nodes, char **text)
+{
+    *text = h_redis_cmd(port, "CLUSTER", "NODES", NULL);
+    if (*text == NULL || (*text)[0] == '-')
+        return -1;
+    return h_cluster_parse_nodes(*text, nodes, H_CLUSTER_MAX_SEEN);
+}
+
+/* Marks the slots of one master's slot list in slot_port. Returns how many it serves. */
+static int h_mark_slots(const char *slots, int port, int *slot_port)
+{
+    char tok[64];
+    int off, served = 0;
+
+    for (; sscanf(slots, "%63s%n", tok, &off) == 1; slots += off) {
+        int a, b;
+
+        if (tok[0] == '[') /* a migration, not an owner */
+            continue;
+        if (sscanf(tok, "%d-%d", &a, &b) != 2)
+            b = a = atoi(tok);
+        for (int s = a; s <= b && s >= 0 && s < H_CLUSTER_SLOTS; s++, served++)
+            slot_port[s] = port;
+    }
+    return served;
+}
+
+int h_cluster_slot_map(int port, int *slot_port)
+{
+    struct h_cnode nodes[H_CLUSTER_MAX_SEEN];
+    char *text;
+    int n = h_cluster_nodes(port, nodes, &text), masters = 0;
+
+    memset(slot_port, 0, H_CLUSTER_SLOTS * sizeof(*slot_port));
+    for (int i = 0; i < n; i++)
+        if (nodes[i].master)
+            masters += h_mark_slots(nodes[i].slots, nodes[i].port, slot_port) > 0;
+    free(text);
+    return n < 0 ? -1 : masters;
+}
+
+int h_cluster_replica_of(int port, int master_port)
+{
+    struct h_cnode nodes[H_CLUSTER_MAX_SEEN];
+    const char *master_id = NULL;
+    char *text;
+    int n = h_cluster_nodes(port, nodes, &text), found = 0;
+
+    for (int i = 0; i < n; i++)
+        if (nodes[i].port == master_port)
+            master_id = nodes[i].id;
+    for (int i = 0; master_id != NULL && i < n && !found; i++)
+        if (!nodes[i].master && !nodes[i].failed && strcmp(nodes[i].master_id, master_id) == 0)
+            found = nodes[i].port;
+    free(text);
+    return found;
+}
+
+int h_cluster_is_master(int port)
+{
+    char *role = h_redis_cmd(port, "ROLE", NULL);
+    int yes = role != NULL && strncmp(role, "master\n", 7) == 0;
+
+    free(role);
+    return yes;
+}
+
+int h_cluster_index(const struct h_cluster *c, int port)
+{
+    for (int i = 0; i < H_CLUSTER_NODES; i++)
+        if (c->port[i] == port)
+            return i;
+    H_FAIL("no node of the cluster on port %d", port);
+}
+
+/* 1 when the node at port says cluster_state:ok (and, for a replica, that its link to its master is up). */
+static int h_cluster_node_ok(int port)
+{
+    char *info = h_redis_cmd(port, "CLUSTER", "INFO", NULL);
+    char *repl = h_redis_cmd(port, "INFO", "replication", NULL);
+    int ok = info != NULL && strstr(info, "cluster_state:ok") != NULL && repl != NULL &&
+             (strstr(repl, "role:master") != NULL || strstr(repl, "master_link_status:up") != NULL);
+
+    free(info);
+    free(repl);
+    return ok;
+}
+
+/* 1 when CLUSTER SLOTS of the node at port lists a replica for every range: Redis lists only the replicas whose
+ * replication offset it has heard of, a while after CLUSTER NODES shows them. */
+static int h_cluster_slots_have_replicas(int port)
+{
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", port, (struct timeval){1, 0});
+    redisReply *r = rc && !rc->err ? redisCommand(rc, "CLUSTER SLOTS") : NULL;
+    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0;
+
+    for (size_t i = 0; ok && i < r->elements; i++)
+        ok = r->element[i]->type == REDIS_REPLY_ARRAY && r->element[i]->elements >= 4;
+    if (r)
+        freeReplyObject(r);
+    if (rc)
+        redisFree(rc);
+    return ok;
+}
+
+/* 1 when every running node is ok and sees every slot served as the first one does, with replicas when asked. */
+static int h_cluster_agrees(const struct h_cluster *c, int replicas)
+{
+    static int first[H_CLUSTER_SLOTS], other[H_CLUSTER_SLOTS];
+    int ref = -1;
+
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        int *map = ref < 0 ? first : other;
+
+        if (c->node[i]->pid <= 0)
+            continue;
+        if (!h_cluster_node_ok(c->port[i]) || h_cluster_slot_map(c->port[i], map) <= 0)
+            return 0;
+        for (int s = 0; s < H_CLUSTER_SLOTS; s++)
+            if (map[s] == 0 || (ref >= 0 && map[s] != first[s]))
+                return 0;
+        if (replicas && !h_cluster_slots_have_replicas(c->port[i]))
+            return 0;
+        for (int s = 0; replicas && s < H_CLUSTER_SLOTS; s++)
+            if ((s == 0 || map[s] != map[s - 1]) && h_cluster_replica_of(c->port[i], map[s]) == 0)
+                return 0;
+        ref = i;
+    }
+    return ref >= 0;
+}
+
+int h_cluster_wait(const struct h_cluster *c, int replicas, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    for (;;) {
+        if (h_cluster_agrees(c, replicas))
+            return 1;
+        if (h_now_ms() >= deadline)
+            return 0;
+        h_sleep_ms(100);
+    }
+}
+
+/* redis-cli next to the redis-server the harness runs, or the one on the PATH. */
+static void h_redis_cli_path(char *out, size_t cap)
+{
+    const char *server = h_redis_path(), *slash = strrchr(server, '/');
+
+    snprintf(out, cap, "redis-cli");
+    if (slash != NULL) {
+        snprintf(out, cap, "%.*s/redis-cli", (int)(slash - server), server);
+        if (access(out, X_OK) != 0)
+            snprintf(out, cap, "redis-cli");
+    }
+}
+
+/* Runs redis-cli --cluster create on the nodes of c; fails the test unless it succeeds. */
+static void h_cluster_create(const struct h_cluster *c)
+{
+    char cli[300], addrs[H_CLUSTER_NODES][32], log[300];
+    char *argv[8 + H_CLUSTER_NODES];
+    int n = 0, status;
+    pid_t pid;
+
+    h_redis_cli_path(cli, sizeof cli);
+    snprintf(log, sizeof log, "%s/cluster-create.log", c->node[0]->dir);
+    argv[n++] = cli;
+    argv[n++] = "--cluster";
+    argv[n++] = "create";
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", c->port[i]);
+        argv[n++] = addrs[i];
+    }
+    argv[n++] = "--cluster-replicas";
+    argv[n++] = "1";
+    argv[n++] = "--cluster-yes";
+    argv[n] = NULL;
+    if ((pid = h_spawn(argv, log)) < 0)
+        H_FAIL("cannot start %s: %s", cli, strerror(errno));
+    status = h_wait_pid(pid, H_CLUSTER_FORM_MS);
+    if (status < 0)
+        h_kill9(&pid);
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        h_print_tail(log, H_TAIL_LINES);
+        H_FAIL("%s --cluster create failed (status %d); log in %s", cli, status, log);
+    }
+}
+
+struct h_cluster *h_cluster_start(const char *const *extra)
+{
+    const char *args[H_MAX_EXTRA + 1] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                         "--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0"};
+    struct h_cluster *c = calloc(1, sizeof *c);
+    size_t n = 8;
+
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
+        if (n >= H_MAX_EXTRA)
+            H_FAIL("more than %d extra arguments", H_MAX_EXTRA - 8);
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        c->node[i] = h_redis_start_on(args, h_cluster_free_port);
+        c->port[i] = c->node[i]->port;
+    }
+    h_cluster_create(c);
+    if (!h_cluster_wait(c, 1, H_CLUSTER_FORM_MS))
+        H_FAIL("the cluster on ports %d..%d did not agree within %d ms", c->port[0], c->port[5], H_CLUSTER_FORM_MS);
+    return c;
+}
+
+void h_cluster_failover(struct h_cluster *c, int port)
+{
+    char *reply = h_redis_cmd(port, "CLUSTER", "FAILOVER", NULL);
+    int64_t deadline = h_now_ms() + 10000;
+
+    if (reply == NULL || strcmp(reply, "OK") != 0)
+        H_FAIL("CLUSTER FAILOVER on %d: %s", port, reply ? reply : strerror(errno));
+    free(reply);
+    while (!h_cluster_is_master(port) && h_now_ms() < deadline)
+        h_sleep_ms(50);
+    if (!h_cluster_is_master(port) || !h_cluster_wait(c, 1, (int)(deadline - h_now_ms())))
+        H_FAIL("the replica on %d did not take over within 10 s", port);
+}
+
+void h_cluster_kill(struct h_cluster *c, int port)
+{
+    h_redis_kill(c->node[h_cluster_index(c, port)]);
+}
+
+void h_cluster_stop(struct h_cluster *c)
+{
+    for (int i = 0; i < H_CLUSTER_NODES; i++)
+        h_redis_kill(c->node[i]);
+    free(c);
 }
 
 /* ----------------------------------------------------------------- dlockd */

@@ -127,6 +127,51 @@ long long h_redis_cmdstat(int port, const char *cmd);
 /* Number of keys matching pattern, counted with SCAN; -1 on error. */
 long long h_redis_count_keys(int port, const char *pattern);
 
+/* ---- Redis Cluster */
+
+#define H_CLUSTER_NODES 6  /* 3 masters with one replica each */
+#define H_CLUSTER_SLOTS 16384
+
+/* A Redis Cluster started by h_cluster_start(). Roles change with failovers: ask the nodes. */
+struct h_cluster {
+    struct h_redis *node[H_CLUSTER_NODES]; /* node[0..2] were created masters, node[3..5] their replicas */
+    int port[H_CLUSTER_NODES];             /* node[i]->port */
+};
+
+/*
+ * Starts six redis-servers in cluster mode (node timeout 2 s) on free
+ * loopback ports in 12000-21999 (their bus ports, 10000 higher, free too), extra (may be NULL) appended to each, joins them with
+ * `redis-cli --cluster create --cluster-replicas 1` and waits (h_cluster_wait)
+ * until every node sees the same slots, all served, each master with its
+ * replica. Fails the test otherwise. The nodes belong to the calling process.
+ */
+struct h_cluster *h_cluster_start(const char *const *extra);
+/*
+ * Waits until every running node says cluster_state:ok and all describe the
+ * same masters and slots (CLUSTER NODES); when replicas is 1, also until each
+ * master has a replica whose link is up and that every node's CLUSTER SLOTS
+ * lists. Returns 1, or 0 after timeout_ms.
+ */
+int h_cluster_wait(const struct h_cluster *c, int replicas, int timeout_ms);
+/*
+ * Reads CLUSTER NODES of the node at port: slot_port[s] (H_CLUSTER_SLOTS
+ * entries) gets the port of the master that serves slot s, 0 for none.
+ * Returns the number of masters that serve slots, or -1 on error.
+ */
+int h_cluster_slot_map(int port, int *slot_port);
+/* The port of a replica of master_port that is not failed, as the node at port sees it; 0 when none. */
+int h_cluster_replica_of(int port, int master_port);
+/* 1 when the node at port says ROLE master. */
+int h_cluster_is_master(int port);
+/* The index in c of the node on port; fails the test when there is none. */
+int h_cluster_index(const struct h_cluster *c, int port);
+/* CLUSTER FAILOVER on the replica at port; waits (10 s) until it is master and the cluster agrees. Fails the test otherwise. */
+void h_cluster_failover(struct h_cluster *c, int port);
+/* kill -9 of the node at port (h_redis_kill); the cluster notices after its node timeout. */
+void h_cluster_kill(struct h_cluster *c, int port);
+/* Kills every node and frees c (their directories go with h_cleanup). */
+void h_cluster_stop(struct h_cluster *c);
+
 /* ---- dlockd */
 
 /*
