@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import checker  # noqa: E402
 from common import LineConn, Recorder, dlockd_ping, free_port, now_ns, redis_ping, wait_for  # noqa: E402
+from sentinels import Sentinels  # noqa: E402
 
 TTL_MS = 2000
 HB_MS = TTL_MS // 3
@@ -58,6 +59,9 @@ SCENARIOS = {
                            "as kill-dlockd, but clients know both daemons and resume their sessions on "
                            "the other one (their holds kept)"),
     "kill-redis": (["kill-redis"], {}, "SIGKILL of redis-server without persistence, restarted empty"),
+    "failover": (["failover"], {"sentinel": True, "gap_s": (5.0, 8.0)},
+                 "Redis under Sentinel (1 master, 2 replicas, 3 sentinels): SIGKILL of the master, a replica "
+                 "is promoted, the daemons follow and write their holds back"),
     "kill-redis-aof": (["kill-redis"], {"aof": True},
                        "SIGKILL of redis-server with appendonly yes (fsync everysec), restarted"),
     "pause-redis": (["pause-redis"], {}, "SIGSTOP of redis-server for 2 x ttl"),
@@ -80,10 +84,10 @@ SCENARIOS = {
 TIERS = {
     # scenario list, seconds each
     "short": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-dlockd-resume", "kill-redis",
-               "kill-redis-aof", "pause-redis", "partition-client", "partition-redis", "latency", "control",
+               "kill-redis-aof", "failover", "pause-redis", "partition-client", "partition-redis", "latency", "control",
                "control-writes-only"], 16),
     "long": (["pause", "pause-until-taken", "kill-client", "kill-dlockd", "kill-dlockd-resume", "kill-redis",
-              "kill-redis-aof", "pause-redis", "partition-client", "partition-redis", "latency", "control",
+              "kill-redis-aof", "failover", "pause-redis", "partition-client", "partition-redis", "latency", "control",
               "control-writes-only", "mixed"], 150),
 }
 # A reset made by a reject rule goes out through the same OUTPUT chain: without the flag test,
@@ -226,22 +230,27 @@ class Scenario:
         self.sport = free_port()
         aof = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.opts.get("aof") else ["--appendonly", "no"]
         binds = ["127.0.0.1"] + ["127.0.0.%d" % (10 + i) for i in range(NDAEMONS)]
-        self.redis = Proc([self.args.redis_server, "--port", str(self.rport), "--bind"] + binds +
-                          ["--dir", d, "--save", "", "--daemonize", "no"] + aof, os.path.join(d, "redis.log"))
-        self.redis.start()
-        wait_for(lambda: redis_ping(self.rport), 10, "redis-server")
+        self.topo = None
+        if self.opts.get("sentinel"):
+            self.redis = self.topo = Sentinels(d, self.args.redis_server, Proc).start()
+        else:
+            self.redis = Proc([self.args.redis_server, "--port", str(self.rport), "--bind"] + binds +
+                              ["--dir", d, "--save", "", "--daemonize", "no"] + aof, os.path.join(d, "redis.log"))
+            self.redis.start()
+            wait_for(lambda: redis_ping(self.rport), 10, "redis-server")
         self.store = Proc([self.args.python, os.path.join(HERE, "store.py"), "--listen", "127.0.0.1:%d" % self.sport,
                            "--log", os.path.join(d, "store.jsonl"), "--mode", self.fencing],
                           os.path.join(d, "store.out")).start()
         wait_for(lambda: self.store_ping(), 10, "fenced store")
         for i in range(NDAEMONS):
             raddr = "127.0.0.%d:%d" % (10 + i, self.rport)
-            if self.proxy_mode:
+            if self.proxy_mode and not self.topo:
                 lp, cp = free_port(), free_port()
                 self.rpx.append((self.proxy(raddr, lp, cp, "rpx%d" % i), cp))
                 raddr = "127.0.0.1:%d" % lp
             port = free_port()
-            argv = [self.args.dlockd, "--listen", "127.0.0.1:%d" % port, "--redis", raddr,
+            backend = self.topo.dlockd_args() if self.topo else ["--redis", raddr]
+            argv = [self.args.dlockd, "--listen", "127.0.0.1:%d" % port] + backend + [
                     "--session-ttl", "%dms" % TTL_MS, "--lock-lease", "%dms" % LEASE_MS,
                     "--lock-delay", "%dms" % self.lock_delay, "--log-level", self.args.daemon_log_level]
             p = Proc(argv, os.path.join(d, "dlockd%d.log" % i)).start()
@@ -412,6 +421,11 @@ class Scenario:
         self.redis.start()
         wait_for(lambda: redis_ping(self.rport), 10, "redis-server after restart")
         self.fault("kill-redis", "warned", t0, aof=bool(self.opts.get("aof")), ms=int(down * 1000))
+
+    def n_failover(self):
+        t0 = now_ns()
+        ms, port = self.topo.fail_over()
+        self.fault("failover", "warned", t0, ms=ms, master=port)
 
     def n_pause_redis(self):
         dur = 2 * TTL_MS / 1000
