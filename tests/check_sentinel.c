@@ -182,6 +182,24 @@ START_TEST(test_role_checked)
 }
 END_TEST
 
+/* sentinel and sentinel-master need each other; a master name has no spaces. */
+START_TEST(test_config_rejected)
+{
+    char out[1024];
+
+    H_RUN(out, 1, "--test-config", "--sentinel", "127.0.0.1:26379");
+    ck_assert_msg(strstr(out, "dlockd: config: sentinel: needs sentinel-master") != NULL, "%s", out);
+    H_RUN(out, 1, "--test-config", "--sentinel-master", "mymaster");
+    ck_assert_msg(strstr(out, "dlockd: config: sentinel-master: needs at least one sentinel") != NULL, "%s", out);
+    H_RUN(out, 1, "--test-config", "--sentinel", "127.0.0.1:26379", "--sentinel-master", "my master");
+    ck_assert_msg(strstr(out, "sentinel-master: must be without spaces") != NULL, "%s", out);
+    H_RUN(out, 1, "--test-config", "--sentinel", "nowhere", "--sentinel-master", "mymaster");
+    ck_assert_msg(strstr(out, "command line: --sentinel: expected HOST:PORT or unix:PATH") != NULL, "%s", out);
+    H_RUN(out, 0, "--test-config", "--sentinel", "127.0.0.1:26379", "--sentinel", "unix:/run/s.sock",
+          "--sentinel-master", "mymaster", "--sentinel-password", "pw");
+}
+END_TEST
+
 /* Sends LOCK name on c until it is granted; returns when (ms), or fails the test after timeout_ms. */
 static int64_t lock_until_granted(struct h_conn *c, const char *name, int timeout_ms)
 {
@@ -236,7 +254,10 @@ END_TEST
 static Suite *sentinel_suite(void)
 {
     Suite *s = suite_create("sentinel");
-    TCase *discover = tcase_create("discover"), *failover = tcase_create("failover");
+    TCase *config = tcase_create("config"), *discover = tcase_create("discover"), *failover = tcase_create("failover");
+
+    tcase_add_test(config, test_config_rejected);
+    suite_add_tcase(s, config);
 
     tcase_add_unchecked_fixture(discover, topology_start, topology_stop);
     tcase_set_timeout(discover, 60);
