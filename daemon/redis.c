@@ -1,8 +1,10 @@
 /* redis.c - two hiredis connections on the event loop: one runs scripts
  * (pipelined FCALL of the batch library and EVALSHA of renew.lua, loaded
  * again when Redis lost them), one receives this daemon's pub/sub
- * channel. The link is up only once both are authenticated, the scripts
- * loaded and Redis's eviction policy checked; every call has a deadline of
+ * channel. They go to the redis key's address, or to the master that
+ * sentinel.c names before each connect. The link is up only once both are
+ * authenticated, the scripts loaded and Redis's eviction policy (and with
+ * Sentinel its role) checked; every call has a deadline of
  * backend-timeout; any failure drops the link and reconnects with backoff,
  * and sessions hear * JEOPARDY, then * SAFE once every hold was renewed. */
 #include <stdarg.h>

@@ -182,6 +182,36 @@ START_TEST(test_role_checked)
 }
 END_TEST
 
+/* The master is made a replica by hand (the sentinel does not notice within the test): the
+ * READONLY reply drops the link, ROLE then refuses it, and once it is a master again dlockd is back. */
+START_TEST(test_demoted_master)
+{
+    struct h_redis *m = h_redis_start(NULL), *x = h_redis_start(NULL);
+    struct h_redis *s = h_sentinel_spawn("demo", m->port, 1, "sentinel down-after-milliseconds demo 60000\n");
+    char addr[32], port[16], role[100];
+    struct h_dlockd *d;
+    struct h_conn *a;
+    char *r;
+
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", s->port);
+    d = start_on("demo", H_ARGS(addr), NULL);
+    a = H_CLIENT(d, "name=alice");
+    wait_info(a, "\"backend\":\"up\"", 10000);
+    H_LOCK_NEW(a, "before");
+    snprintf(port, sizeof port, "%d", x->port);
+    free(h_redis_cmd(m->port, "REPLICAOF", "127.0.0.1", port, NULL));
+    H_REQ(a, "ERR BACKEND %*", "LOCK demoted");
+    ck_assert_int_eq(h_log_wait(d, H_ARGS(" warn ", "backend:", "READONLY"), 1, 5000), 1);
+    snprintf(role, sizeof role, "Redis at 127.0.0.1:%d is a slave, not the master", m->port);
+    ck_assert_int_ge(h_log_wait(d, H_ARGS("backend:", role), 1, 5000), 1);
+    r = h_redis_cmd(m->port, "REPLICAOF", "NO", "ONE", NULL);
+    ck_assert_str_eq(r, "OK");
+    free(r);
+    wait_info(a, "\"backend\":\"up\"", 10000);
+    H_LOCK_NEW(a, "promoted");
+}
+END_TEST
+
 /* sentinel and sentinel-master need each other; a master name has no spaces. */
 START_TEST(test_config_rejected)
 {
@@ -266,6 +296,7 @@ static Suite *sentinel_suite(void)
     tcase_add_test(discover, test_unknown_master);
     tcase_add_test(discover, test_sentinel_password);
     tcase_add_test(discover, test_role_checked);
+    tcase_add_test(discover, test_demoted_master);
     suite_add_tcase(s, discover);
     tcase_add_checked_fixture(failover, NULL, h_teardown);
     tcase_set_timeout(failover, 60);
