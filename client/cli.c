@@ -209,8 +209,8 @@ static int cmd_json(const struct cli *c, const char *name)
     return CLI_EXIT_OK;
 }
 
-/* The backend state and error from INFO into state and why ("" when up); -1 when INFO fails. */
-static int backend_state(dlock_t *h, char *state, size_t slen, char *why, size_t wlen)
+/* The backend state, address and error from INFO into state, addr and why ("" when up); -1 when INFO fails. */
+static int backend_state(dlock_t *h, char *state, size_t slen, char *addr, size_t alen, char *why, size_t wlen)
 {
     char *text = NULL;
     const char *s;
@@ -224,6 +224,9 @@ static int backend_state(dlock_t *h, char *state, size_t slen, char *why, size_t
     if (json_unpack(j, "{s:s}", "backend", &s) < 0)
         s = "unknown";
     snprintf(state, slen, "%s", s);
+    if (json_unpack(j, "{s:s}", "backend_addr", &s) < 0)
+        s = "";
+    snprintf(addr, alen, "%s", s);
     if (json_unpack(j, "{s:s}", "backend_error", &s) < 0)
         s = "";
     snprintf(why, wlen, "%s", s);
@@ -235,7 +238,7 @@ static int backend_state(dlock_t *h, char *state, size_t slen, char *why, size_t
 static int cmd_ping(const struct cli *c)
 {
     struct timespec t0, t1;
-    char state[32], why[512];
+    char state[32], addr[300], why[512];
     double ms;
     int rc;
     dlock_t *h = cli_connect(c, NULL, NULL, &rc);
@@ -246,7 +249,7 @@ static int cmd_ping(const struct cli *c)
     rc = dlock_ping(h);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == 0)
-        rc = backend_state(h, state, sizeof(state), why, sizeof(why));
+        rc = backend_state(h, state, sizeof(state), addr, sizeof(addr), why, sizeof(why));
     dlock_close(h);
     if (rc != 0) {
         cli_msg(c, "error", "ping: %s", dlock_strerror(rc));
@@ -254,14 +257,15 @@ static int cmd_ping(const struct cli *c)
     }
     ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (c->json) {
-        json_t *o = json_pack("{s:b, s:f, s:s, s:s}", "ok", 1, "rtt_ms", ms, "backend", state, "backend_error", why);
+        json_t *o = json_pack("{s:b, s:f, s:s, s:s, s:s}", "ok", 1, "rtt_ms", ms, "backend", state, "backend_addr", addr,
+                              "backend_error", why);
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
 
         printf("%s\n", s ? s : "{}");
         free(s);
         json_decref(o);
     } else {
-        printf("PONG %.3f ms, backend %s%s%s\n", ms, state, why[0] ? ": " : "", why);
+        printf("PONG %.3f ms, backend %s%s%s%s%s\n", ms, state, addr[0] ? " at " : "", addr, why[0] ? ": " : "", why);
     }
     return strcmp(state, "up") == 0 ? CLI_EXIT_OK : CLI_EXIT_TEMPFAIL;
 }

@@ -42,6 +42,9 @@ static const struct conf_key keys[] = {
     { "redis", CONF_ADDR, FIELD(redis), "127.0.0.1:6379", 0, 0, RESTART },
     { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART | SECRET },
     { "redis-user", CONF_STR, FIELD(redis_user), NULL, 0, 0, RESTART },
+    { "sentinel", CONF_ADDR_LIST, FIELD(sentinels), NULL, 0, 0, RESTART },
+    { "sentinel-master", CONF_STR, FIELD(sentinel_master), NULL, 0, 0, RESTART },
+    { "sentinel-password", CONF_STR, FIELD(sentinel_password), NULL, 0, 0, RESTART | SECRET },
     { "key-prefix", CONF_STR, FIELD(key_prefix), "dlock:", 0, 0, RESTART },
     { "session-ttl", CONF_DURATION, FIELD(session_ttl), "10s", 100, DMAX, LIVE },
     { "session-ttl-min", CONF_DURATION, FIELD(session_ttl_min), "1s", 100, DMAX, LIVE },
@@ -119,6 +122,21 @@ static const struct conf_key *find_key(const char *name)
     return NULL;
 }
 
+/* Adds an address to a repeatable key; the first one given replaces the default. */
+static const char *add_addr(struct addr_list *l, const struct conf_key *k, const char *v)
+{
+    if (!l->given) {
+        l->n = 0;
+        l->given = k->deflt != v;
+    }
+    if (l->n == CONFIG_MAX_ADDRS)
+        return "too many addresses";
+    if (config_parse_addr(v, &l->addr[l->n]))
+        return "expected HOST:PORT or unix:PATH";
+    l->n++;
+    return NULL;
+}
+
 /* Stores one value. Returns NULL, or the reason it is bad. */
 static const char *set_value(struct config *cfg, const struct conf_key *k, const char *v)
 {
@@ -151,16 +169,7 @@ static const char *set_value(struct config *cfg, const struct conf_key *k, const
             return "expected an octal mode such as 0660";
         break;
     case CONF_ADDR_LIST:
-        if (!cfg->listen_given) {
-            cfg->nlisten = 0;
-            cfg->listen_given = k->deflt != v;
-        }
-        if (cfg->nlisten == CONFIG_MAX_LISTEN)
-            return "too many listen addresses";
-        if (config_parse_addr(v, &cfg->listen[cfg->nlisten]))
-            return "expected HOST:PORT or unix:PATH";
-        cfg->nlisten++;
-        return NULL;
+        return add_addr(field, k, v);
     case CONF_STR:
         free(*(char **)field);
         *(char **)field = *v ? strdup(v) : NULL;
@@ -284,8 +293,8 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
 {
     int unguarded = cfg->protected_mode && cfg->requirepass == NULL;
 
-    for (int i = 0; i < cfg->nlisten; i++)
-        if (unguarded && is_public(&cfg->listen[i]))
+    for (int i = 0; i < cfg->listen.n; i++)
+        if (unguarded && is_public(&cfg->listen.addr[i]))
             return fail(err, errlen, "config", "listen",
                         "a non-loopback address needs requirepass (or protected-mode no)");
     if (unguarded && cfg->admin_on && is_public(&cfg->admin))
@@ -293,6 +302,12 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
                     "a non-loopback address needs requirepass (or protected-mode no)");
     if (strpbrk(cfg->key_prefix ? cfg->key_prefix : "", "{} \t") || cfg->key_prefix == NULL)
         return fail(err, errlen, "config", "key-prefix", "must be non-empty, without braces or spaces");
+    if (cfg->sentinels.n > 0 && cfg->sentinel_master == NULL)
+        return fail(err, errlen, "config", "sentinel", "needs sentinel-master, the name the sentinels know the master by");
+    if (cfg->sentinel_master && cfg->sentinels.n == 0)
+        return fail(err, errlen, "config", "sentinel-master", "needs at least one sentinel HOST:PORT");
+    if (cfg->sentinel_master && strpbrk(cfg->sentinel_master, " \t"))
+        return fail(err, errlen, "config", "sentinel-master", "must be without spaces");
     if (cfg->session_ttl_min > cfg->session_ttl_max)
         return fail(err, errlen, "config", "session-ttl-min", "greater than session-ttl-max");
     if (cfg->session_ttl < cfg->session_ttl_min || cfg->session_ttl > cfg->session_ttl_max)
@@ -327,11 +342,13 @@ void config_free(struct config *cfg)
 {
     free(cfg->redis_password);
     free(cfg->redis_user);
+    free(cfg->sentinel_master);
+    free(cfg->sentinel_password);
     free(cfg->key_prefix);
     free(cfg->requirepass);
     free(cfg->adminpass);
     free(cfg->file);
-    cfg->redis_user = NULL;
+    cfg->redis_user = cfg->sentinel_master = cfg->sentinel_password = NULL;
     cfg->redis_password = cfg->key_prefix = cfg->requirepass = cfg->adminpass = cfg->file = NULL;
 }
 
@@ -346,8 +363,10 @@ static int same(const struct conf_key *k, const struct config *a, const struct c
     const void *fa = (const char *)a + k->offset, *fb = (const char *)b + k->offset;
 
     switch (k->type) {
-    case CONF_ADDR_LIST:
-        return a->nlisten == b->nlisten && memcmp(a->listen, b->listen, sizeof(a->listen[0]) * (size_t)a->nlisten) == 0;
+    case CONF_ADDR_LIST: {
+        const struct addr_list *la = fa, *lb = fb;
+        return la->n == lb->n && memcmp(la->addr, lb->addr, sizeof(la->addr[0]) * (size_t)la->n) == 0;
+    }
     case CONF_STR:
         return same_str(*(char *const *)fa, *(char *const *)fb);
     case CONF_OPT_ADDR:
@@ -395,15 +414,15 @@ static void format_duration(int64_t ms, char *buf, size_t len)
         snprintf(buf, len, "%lld%s", (long long)ms, ms ? "ms" : "");
 }
 
-static void format_listen(const struct config *cfg, char *buf, size_t len)
+static void format_list(const struct addr_list *l, char *buf, size_t len)
 {
     char one[300];
     size_t used = 0;
 
     buf[0] = '\0';
-    for (int i = 0; i < cfg->nlisten && used < len; i++)
+    for (int i = 0; i < l->n && used < len; i++)
         used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "",
-                                 config_addr_str(&cfg->listen[i], one, sizeof(one)));
+                                 config_addr_str(&l->addr[i], one, sizeof(one)));
 }
 
 /* The value of k in cfg as a config file would give it; "" for none. */
@@ -414,7 +433,7 @@ static void format_value(const struct config *cfg, const struct conf_key *k, cha
 
     switch (k->type) {
     case CONF_ADDR: config_addr_str(field, buf, len); break;
-    case CONF_ADDR_LIST: format_listen(cfg, buf, len); break;
+    case CONF_ADDR_LIST: format_list(field, buf, len); break;
     case CONF_OPT_ADDR:
         if (cfg->admin_on)
             config_addr_str(field, buf, len);

@@ -8,8 +8,8 @@
 
 #include "log.h"
 
-#define CONFIG_MAX_LISTEN 16
-#define CONFIG_VALUE_MAX (CONFIG_MAX_LISTEN * 300) /* bytes of a value as config_each shows it */
+#define CONFIG_MAX_ADDRS 16 /* addresses of a repeatable key: listen, sentinel */
+#define CONFIG_VALUE_MAX (CONFIG_MAX_ADDRS * 300) /* bytes of a value as config_each shows it */
 
 struct sockaddr;
 
@@ -20,11 +20,19 @@ struct addr {
     char path[108]; /* unix socket path */
 };
 
+/* The values of a repeatable address key, in the order given. */
+struct addr_list {
+    struct addr addr[CONFIG_MAX_ADDRS];
+    int n;
+    int given;      /* 1 once a line replaced the default */
+};
+
 struct config {
-    struct addr listen[CONFIG_MAX_LISTEN]; /* client listeners */
-    int nlisten;
-    int listen_given;         /* 1 once a listen line replaced the default */
-    struct addr redis;        /* the Redis server */
+    struct addr_list listen;  /* client listeners */
+    struct addr redis;        /* the Redis server, unless sentinels name it */
+    struct addr_list sentinels; /* Redis Sentinels that name the master; none: use redis */
+    char *sentinel_master;    /* the master's name at the sentinels, or NULL */
+    char *sentinel_password;  /* AUTH to the sentinels, or NULL */
     char *redis_password;     /* AUTH to Redis, or NULL */
     char *redis_user;         /* ACL user for AUTH (Redis 6+), or NULL */
     char *key_prefix;         /* prefix of every key and channel */

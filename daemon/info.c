@@ -25,11 +25,11 @@ static json_t *info_doc(struct dlockd *d)
 
     for (int v = 0; v < VERB_NVERBS; v++)
         json_object_set_new(requests, proto_verb_name((enum proto_verb)v), json_integer((json_int_t)d->stats.requests[v]));
-    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                     "version", PACKAGE_VERSION, "id", d->id, "uptime_ms", (json_int_t)(now_ms() - d->started),
                     "connections", d->nconns, "sessions", (json_int_t)dict_size(d->sessions), "holds",
                     (json_int_t)d->nholds, "waiters", (json_int_t)dict_size(d->waits), "backend",
-                    redis_state(d->redis), "backend_error", redis_error(d->redis), "jeopardy",
+                    redis_state(d->redis), "backend_addr", redis_addr(d->redis), "backend_error", redis_error(d->redis), "jeopardy",
                     redis_jeopardy(d->redis), "requests", requests,
                     "grants", (json_int_t)d->stats.grants, "busy", (json_int_t)d->stats.busy, "timeouts",
                     (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",

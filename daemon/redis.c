@@ -1,8 +1,10 @@
 /* redis.c - two hiredis connections on the event loop: one runs scripts
  * (pipelined FCALL of the batch library and EVALSHA of renew.lua, loaded
  * again when Redis lost them), one receives this daemon's pub/sub
- * channel. The link is up only once both are authenticated, the scripts
- * loaded and Redis's eviction policy checked; every call has a deadline of
+ * channel. They go to the redis key's address, or to the master that
+ * sentinel.c names before each connect. The link is up only once both are
+ * authenticated, the scripts loaded and Redis's eviction policy (and with
+ * Sentinel its role) checked; every call has a deadline of
  * backend-timeout; any failure drops the link and reconnects with backoff,
  * and sessions hear * JEOPARDY, then * SAFE once every hold was renewed. */
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
+#include "sentinel.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -48,7 +51,8 @@ struct redis {
     int backoff;              /* ms before the next reconnect */
     struct event *reconnect;
     struct deadline handshake; /* the handshake must be over by then */
-    char addr[300];            /* of Redis, for logs */
+    struct sentinel *sentinel; /* names the master; NULL: the redis key does */
+    char addr[300];            /* of the Redis in use or last tried; "" before the sentinels named one */
     char error[256];           /* the last failure: why the link is down or in jeopardy */
     char run_id[41];           /* of the Redis the link was last up to; "" before */
     char run_id_now[41];       /* of the one this handshake reached */
@@ -98,6 +102,17 @@ const char *redis_state(const struct redis *rd)
 const char *redis_error(const struct redis *rd)
 {
     return rd->state == LINK_UP && !rd->jeopardy ? "" : rd->error;
+}
+
+const char *redis_addr(const struct redis *rd)
+{
+    return rd->addr;
+}
+
+/* The Redis of the link, for logs. */
+static const char *where(const struct redis *rd)
+{
+    return rd->addr[0] ? rd->addr : "(no master named yet)";
 }
 
 uint64_t redis_reconnects(const struct redis *rd)
@@ -282,6 +297,13 @@ static int resend_with_eval(struct redis_call *call)
     return call_send(call);
 }
 
+/* 1 when a reply error says the Redis that Sentinel named is no longer the
+ * master: the link drops, and the next connect asks the sentinels again. */
+static int demoted(const struct redis *rd, const char *error)
+{
+    return rd->sentinel && (strncmp(error, "READONLY", 8) == 0 || strncmp(error, "MASTERDOWN", 10) == 0);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis_call *call = privdata;
@@ -289,6 +311,10 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     redisReply *r = reply;
 
     (void)ac;
+    if (r && r->type == REDIS_REPLY_ERROR && demoted(rd, r->str)) {
+        link_fail(rd, 0, "%s: %s", call_name(call), r->str);
+        r = NULL;
+    }
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && !call->retried) {
         call->retried = 1;
         if (resend_with_eval(call) == 0)
@@ -447,7 +473,7 @@ static void link_up(struct redis *rd)
     rd->backoff = BACKOFF_MIN_MS;
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->shown = SHOWN_UP;
-    log_notice("backend: Redis at %s is up", rd->addr);
+    log_notice("backend: Redis at %s is up", where(rd));
     release_held(rd);
     if (!rd->d->ready) {
         rd->d->ready = 1;
@@ -533,6 +559,30 @@ static void on_server(redisAsyncContext *ac, void *reply, void *privdata)
     snprintf(rd->run_id_now, sizeof(rd->run_id_now), "%.*s", (int)strcspn(p, "\r\n"), p);
 }
 
+/* With Sentinel: the Redis named must say it is the master, or the link fails and the sentinels are asked again. */
+static void on_role(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = current(ac, reply);
+    const char *role;
+    char buf[32];
+
+    (void)privdata;
+    if (r == NULL)
+        return;
+    role = redis_elem(r, 0, buf, sizeof(buf));
+    if (r->type == REDIS_REPLY_ERROR)
+        link_fail(ac->data, 0, "ROLE: %s", r->str);
+    else if (strcmp(role, "master") != 0)
+        link_fail(ac->data, 0, "Redis at %s is a %s, not the master", ((struct redis *)ac->data)->addr,
+                  role[0] ? role : "server of unknown role");
+}
+
+static void check_role(struct redis *rd)
+{
+    if (rd->sentinel)
+        redisAsyncCommand(rd->ac, on_role, NULL, "ROLE");
+}
+
 static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis *rd = ac->data;
@@ -609,11 +659,10 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     link_fail(rd, 0, "%s", status == REDIS_OK ? "connection closed" : ac->errstr);
 }
 
-/* Opens one connection and queues its AUTH. Returns NULL with the reason in err. */
-static redisAsyncContext *open_one(struct redis *rd, char *err, size_t len)
+/* Opens one connection to a and queues its AUTH. Returns NULL with the reason in err. */
+static redisAsyncContext *open_one(struct redis *rd, const struct addr *a, char *err, size_t len)
 {
     const struct config *cfg = &rd->d->cfg;
-    const struct addr *a = &cfg->redis;
     redisAsyncContext *ac = a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
 
     if (ac == NULL)
@@ -635,17 +684,18 @@ static redisAsyncContext *open_one(struct redis *rd, char *err, size_t len)
     return ac;
 }
 
-static void connect_link(struct redis *rd)
+/* The handshake with the Redis at a. */
+static void connect_to(struct redis *rd, const struct addr *a)
 {
     char channel[256], err[256];
 
-    rd->state = LINK_HANDSHAKE;
-    rd->ac_ready = rd->sub_ready = 0;
+    config_addr_str(a, rd->addr, sizeof(rd->addr));
     deadline_arm(rd->d->deadlines, &rd->handshake, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
-    if ((rd->ac = open_one(rd, err, sizeof(err))) == NULL || (rd->sub = open_one(rd, err, sizeof(err))) == NULL) {
+    if ((rd->ac = open_one(rd, a, err, sizeof(err))) == NULL || (rd->sub = open_one(rd, a, err, sizeof(err))) == NULL) {
         link_fail(rd, 0, "%s", err);
         return;
     }
+    check_role(rd);
     redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
     redisAsyncCommand(rd->ac, on_server, rd, "INFO server");
     for (int i = 0; i < SCRIPT_COUNT; i++)
@@ -653,6 +703,46 @@ static void connect_link(struct redis *rd)
                           scripts[i].function ? "FUNCTION LOAD REPLACE %s" : "SCRIPT LOAD %s", scripts[i].body);
     snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
     redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
+}
+
+/* The sentinels' answer: the master to connect to, or why there is none. */
+static void on_located(const struct addr *master, const char *why, void *arg)
+{
+    struct redis *rd = arg;
+
+    if (rd->state != LINK_HANDSHAKE || rd->ac)
+        return;
+    if (master)
+        connect_to(rd, master);
+    else
+        link_fail(rd, 0, "%s", why);
+}
+
+static void connect_link(struct redis *rd)
+{
+    rd->state = LINK_HANDSHAKE;
+    rd->ac_ready = rd->sub_ready = 0;
+    if (rd->sentinel)
+        sentinel_ask(rd->sentinel, on_located, rd);
+    else
+        connect_to(rd, &rd->d->cfg.redis);
+}
+
+/* A sentinel announced a new master: the link to the old one drops, or a
+ * link waiting for its backoff asks the sentinels at once. */
+static void on_switch(const char *to, void *arg)
+{
+    struct redis *rd = arg;
+
+    if (rd->closed)
+        return;
+    if (rd->state != LINK_DOWN) {
+        link_fail(rd, 0, "Sentinel switched the master to %s", to);
+        return;
+    }
+    evtimer_del(rd->reconnect);
+    rd->backoff = BACKOFF_MIN_MS;
+    connect_link(rd);
 }
 
 static void on_reconnect(evutil_socket_t fd, short what, void *arg)
@@ -695,11 +785,11 @@ static void link_fail(struct redis *rd, int refused, const char *fmt, ...)
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     if (shown != rd->shown) {
         log_warnx("backend: %s Redis at %s: %s; holds cannot be renewed, retrying", refused ? "refusing" : "cannot use",
-                  rd->addr, rd->error);
+                  where(rd), rd->error);
         notify("STATUS=Redis %s (%s), retrying", refused ? "refused" : "unreachable", rd->error);
         rd->shown = shown;
     } else {
-        log_debug("backend: Redis at %s: %s; next try in %dms", rd->addr, rd->error, rd->backoff);
+        log_debug("backend: Redis at %s: %s; next try in %dms", where(rd), rd->error, rd->backoff);
     }
     tv.tv_sec = rd->backoff / 1000;
     tv.tv_usec = (rd->backoff % 1000) * 1000;
@@ -722,7 +812,10 @@ struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner)
     rd->backoff = BACKOFF_MIN_MS;
     TAILQ_INIT(&rd->held);
     deadline_init(&rd->handshake, on_handshake_late);
-    config_addr_str(&d->cfg.redis, rd->addr, sizeof(rd->addr));
+    if (d->cfg.sentinels.n > 0)
+        rd->sentinel = sentinel_new(d, on_switch, rd);
+    else
+        config_addr_str(&d->cfg.redis, rd->addr, sizeof(rd->addr));
     snprintf(rd->error, sizeof(rd->error), "not connected yet");
     snprintf(rd->latch_channel, sizeof(rd->latch_channel), "%slatch", d->cfg.key_prefix);
     return rd;
@@ -730,6 +823,8 @@ struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner)
 
 void redis_start(struct redis *rd)
 {
+    if (rd->sentinel)
+        sentinel_watch(rd->sentinel);
     connect_link(rd);
 }
 
@@ -740,6 +835,8 @@ void redis_close(struct redis *rd)
     rd->closed = 1;
     rd->state = LINK_DOWN;
     evtimer_del(rd->reconnect);
+    if (rd->sentinel)
+        sentinel_close(rd->sentinel);
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->ac = rd->sub = NULL;
     release_held(rd);
@@ -753,6 +850,8 @@ void redis_close(struct redis *rd)
 void redis_free(struct redis *rd)
 {
     redis_close(rd);
+    if (rd->sentinel)
+        sentinel_free(rd->sentinel);
     event_free(rd->reconnect);
     free(rd);
 }

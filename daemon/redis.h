@@ -38,6 +38,8 @@ int redis_up(const struct redis *rd);
 int redis_jeopardy(const struct redis *rd);
 /* The link for INFO: "up", "down", or "refused" (Redis may evict keys). */
 const char *redis_state(const struct redis *rd);
+/* The Redis in use or last tried, "HOST:PORT" or "unix:PATH"; "" before the sentinels named one. */
+const char *redis_addr(const struct redis *rd);
 /* How many times the link came up again after it had been up once. */
 uint64_t redis_reconnects(const struct redis *rd);
 /* Why the link is not up or in jeopardy, for operators; "" when all is well. */

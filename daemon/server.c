@@ -24,7 +24,7 @@
 #define FD_RESERVE 32       /* descriptors besides maxclients: Redis links, listeners, admin, logs */
 
 struct server {
-    struct evconnlistener *listeners[CONFIG_MAX_LISTEN];
+    struct evconnlistener *listeners[CONFIG_MAX_ADDRS];
     int n;
     int inherited;        /* the sockets came from systemd: their paths are not ours to unlink */
     struct event *resume; /* ends a pause of accepting */
@@ -74,7 +74,7 @@ int server_exposed(struct dlockd *d, char *buf, size_t len)
         if (srv->inherited)
             snprintf(buf, len, "socket %d from systemd (bound to %s)", 3 + i, bound);
         else
-            snprintf(buf, len, "listen %s (bound to %s)", config_addr_str(&d->cfg.listen[i], name, sizeof(name)),
+            snprintf(buf, len, "listen %s (bound to %s)", config_addr_str(&d->cfg.listen.addr[i], name, sizeof(name)),
                      bound);
         return 1;
     }
@@ -196,7 +196,7 @@ static int listen_inherited(struct dlockd *d, struct server *srv)
     unsetenv("LISTEN_PID");
     unsetenv("LISTEN_FDS");
     unsetenv("LISTEN_FDNAMES");
-    for (int i = 0; i < n && srv->n < CONFIG_MAX_LISTEN; i++) {
+    for (int i = 0; i < n && srv->n < CONFIG_MAX_ADDRS; i++) {
         struct evconnlistener *l;
         evutil_make_socket_nonblocking(3 + i);
         evutil_make_socket_closeonexec(3 + i);
@@ -221,8 +221,8 @@ int server_listen(struct dlockd *d)
     server_fd_limit(&d->cfg);
     if ((srv->inherited = listen_inherited(d, srv)) > 0)
         return 0;
-    for (int i = 0; i < d->cfg.nlisten; i++) {
-        const struct addr *a = &d->cfg.listen[i];
+    for (int i = 0; i < d->cfg.listen.n; i++) {
+        const struct addr *a = &d->cfg.listen.addr[i];
         struct evconnlistener *l = a->is_unix ? listen_unix(d, a) : listen_tcp(d, a);
 
         config_addr_str(a, name, sizeof(name));
@@ -246,9 +246,9 @@ void server_close(struct dlockd *d)
     for (int i = 0; i < srv->n; i++)
         evconnlistener_free(srv->listeners[i]);
     event_free(srv->resume);
-    for (int i = 0; i < d->cfg.nlisten && !srv->inherited; i++)
-        if (d->cfg.listen[i].is_unix)
-            unlink(d->cfg.listen[i].path);
+    for (int i = 0; i < d->cfg.listen.n && !srv->inherited; i++)
+        if (d->cfg.listen.addr[i].is_unix)
+            unlink(d->cfg.listen.addr[i].path);
     free(srv);
     d->server = NULL;
 }

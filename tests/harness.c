@@ -595,6 +595,8 @@ static int h_redis_spawn(struct h_redis *r)
 
     snprintf(port, sizeof port, "%d", r->port);
     argv[n++] = (char *)h_redis_path();
+    if (r->conf[0] != '\0')
+        argv[n++] = r->conf;
     argv[n++] = "--port";
     argv[n++] = port;
     argv[n++] = "--bind";
@@ -622,7 +624,8 @@ static int h_redis_spawn(struct h_redis *r)
         if (h_exited(&r->pid))
             return 0;
         reply = h_redis_cmd_timed(r->port, 500, 1, ping);
-        if (reply != NULL && strcmp(reply, "PONG") == 0) {
+        /* NOAUTH: it runs, with requirepass. */
+        if (reply != NULL && (strcmp(reply, "PONG") == 0 || strncmp(reply, "-NOAUTH", 7) == 0)) {
             free(reply);
             return 1;
         }
@@ -643,12 +646,14 @@ static void h_register(void **table, void *p)
     H_FAIL("more than %d processes of one kind", H_MAX_PROCS);
 }
 
-/* h_redis_start on a port pick() gives. */
-static struct h_redis *h_redis_start_on(const char *const *extra, int (*pick)(void))
+/* h_redis_start with a config file (NULL for none) on a port pick() gives. */
+static struct h_redis *h_redis_start_on(const char *conf, const char *const *extra, int (*pick)(void))
 {
     struct h_redis *r = calloc(1, sizeof *r);
 
     r->owner = getpid();
+    if (conf != NULL && (size_t)snprintf(r->conf, sizeof r->conf, "%s", conf) >= sizeof r->conf)
+        H_FAIL("config file name too long: %s", conf);
     h_make_dir(r->dir, sizeof r->dir, "redis");
     snprintf(r->log, sizeof r->log, "%s/redis.log", r->dir);
     h_copy_extra(r->extra, extra);
@@ -666,7 +671,12 @@ static struct h_redis *h_redis_start_on(const char *const *extra, int (*pick)(vo
 
 struct h_redis *h_redis_start(const char *const *extra)
 {
-    return h_redis_start_on(extra, h_free_port);
+    return h_redis_start_on(NULL, extra, h_free_port);
+}
+
+struct h_redis *h_redis_start_conf(const char *conf, const char *const *extra)
+{
+    return h_redis_start_on(conf, extra, h_free_port);
 }
 
 int h_redis_stop(struct h_redis *r)
@@ -704,6 +714,216 @@ void h_redis_resume(struct h_redis *r)
 {
     if (r->pid > 0)
         kill(r->pid, SIGCONT);
+}
+
+/* --------------------------------------------------------- Redis Sentinel */
+
+#define H_TOPOLOGY_MS 15000 /* how long a topology may take until its sentinels see it whole */
+
+/* The number after "field:" in INFO section of the Redis on port; LLONG_MIN when absent. */
+static long long h_info_int(int port, const char *section, const char *field)
+{
+    char *info = h_redis_cmd(port, "INFO", section, NULL), needle[128];
+    const char *p;
+    long long v = LLONG_MIN;
+
+    snprintf(needle, sizeof needle, "\n%s:", field);
+    if (info != NULL && (p = strstr(info, needle)) != NULL && p[strlen(needle)] != '\r')
+        v = strtoll(p + strlen(needle), NULL, 10);
+    free(info);
+    return v;
+}
+
+/* 1 when INFO section of the Redis on port has the line "field:value". */
+static int h_info_is(int port, const char *section, const char *field, const char *value)
+{
+    char *info = h_redis_cmd(port, "INFO", section, NULL), needle[128];
+    int found;
+
+    snprintf(needle, sizeof needle, "\n%s:%s\r", field, value);
+    found = info != NULL && strstr(info, needle) != NULL;
+    free(info);
+    return found;
+}
+
+/* The number after the line key in a flattened reply of pairs (SENTINEL master); LLONG_MIN when absent. */
+static long long h_pair_int(const char *flat, const char *key)
+{
+    size_t klen = strlen(key);
+
+    for (const char *p = flat; p != NULL; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, key, klen) == 0 && p[klen] == '\n')
+            return strtoll(p + klen + 1, NULL, 10);
+    return LLONG_MIN;
+}
+
+/* 1 when sentinel s sees both replicas of t and the other sentinels. */
+static int h_sentinel_sees_all(const struct h_sentinels *t, const struct h_redis *s)
+{
+    char *flat = h_redis_cmd(s->port, "SENTINEL", "master", t->name, NULL);
+    int all = flat != NULL && h_pair_int(flat, "num-slaves") == H_REPLICAS &&
+              h_pair_int(flat, "num-other-sentinels") == H_SENTINELS - 1;
+
+    free(flat);
+    return all;
+}
+
+/* Polls ok(t, i) until it is 1; fails the test with what after timeout_ms. */
+static void h_poll(int (*ok)(const struct h_sentinels *t, int i), const struct h_sentinels *t, int i,
+                   int timeout_ms, const char *what)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    while (!ok(t, i)) {
+        if (h_now_ms() > deadline)
+            H_FAIL("%s %d not ready after %d ms", what, i, timeout_ms);
+        h_sleep_ms(50);
+    }
+}
+
+static int h_replica_linked(const struct h_sentinels *t, int i)
+{
+    return h_info_is(t->replicas[i]->port, "replication", "master_link_status", "up");
+}
+
+static int h_sentinel_ready(const struct h_sentinels *t, int i)
+{
+    return h_sentinel_sees_all(t, t->sentinels[i]);
+}
+
+struct h_redis *h_sentinel_spawn(const char *name, int master_port, int quorum, const char *extra_conf)
+{
+    char dir[256], conf[300];
+
+    h_tmpdir(dir, sizeof dir, "sentinel-conf");
+    snprintf(conf, sizeof conf, "%s/sentinel.conf", dir);
+    h_write_file(conf,
+                 "sentinel monitor %s 127.0.0.1 %d %d\n"
+                 "sentinel down-after-milliseconds %s 1000\n"
+                 "sentinel failover-timeout %s 3000\n"
+                 "sentinel parallel-syncs %s 1\n%s",
+                 name, master_port, quorum, name, name, name, extra_conf ? extra_conf : "");
+    return h_redis_start_conf(conf, H_ARGS("--sentinel"));
+}
+
+struct h_sentinels *h_sentinels_start(const char *name)
+{
+    struct h_sentinels *t = calloc(1, sizeof *t);
+    char port[16];
+
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->master = h_redis_start(NULL);
+    snprintf(port, sizeof port, "%d", t->master->port);
+    for (int i = 0; i < H_REPLICAS; i++)
+        t->replicas[i] = h_redis_start(H_ARGS("--replicaof", "127.0.0.1", port));
+    for (int i = 0; i < H_REPLICAS; i++)
+        h_poll(h_replica_linked, t, i, H_TOPOLOGY_MS, "replica");
+    for (int i = 0; i < H_SENTINELS; i++) {
+        t->sentinels[i] = h_sentinel_spawn(name, t->master->port, 2, NULL);
+        snprintf(t->addr[i], sizeof t->addr[i], "127.0.0.1:%d", t->sentinels[i]->port);
+    }
+    for (int i = 0; i < H_SENTINELS; i++)
+        h_poll(h_sentinel_ready, t, i, H_TOPOLOGY_MS, "sentinel");
+    return t;
+}
+
+/* The master's port as sentinel s names it; -1 when it does not answer. */
+static int h_named_port(const struct h_sentinels *t, const struct h_redis *s)
+{
+    char *r = s->pid > 0 ? h_redis_cmd(s->port, "SENTINEL", "get-master-addr-by-name", t->name, NULL) : NULL;
+    const char *nl = r != NULL ? strchr(r, '\n') : NULL;
+    int port = nl != NULL ? atoi(nl + 1) : -1;
+
+    free(r);
+    return port > 0 ? port : -1;
+}
+
+int h_sentinels_master_port(const struct h_sentinels *t)
+{
+    int port = -1;
+
+    for (int i = 0; i < H_SENTINELS && port < 0; i++)
+        port = h_named_port(t, t->sentinels[i]);
+    return port;
+}
+
+struct h_redis *h_sentinels_master(const struct h_sentinels *t)
+{
+    int port = h_sentinels_master_port(t);
+
+    if (t->master->port == port)
+        return t->master;
+    for (int i = 0; i < H_REPLICAS; i++)
+        if (t->replicas[i]->port == port)
+            return t->replicas[i];
+    return NULL;
+}
+
+void h_sentinels_sync(const struct h_sentinels *t, int timeout_ms)
+{
+    const struct h_redis *m = h_sentinels_master(t);
+    int64_t deadline = h_now_ms() + timeout_ms;
+    long long want = m != NULL ? h_info_int(m->port, "replication", "master_repl_offset") : LLONG_MIN;
+    const struct h_redis *all[] = { t->master, t->replicas[0], t->replicas[1] };
+
+    if (want == LLONG_MIN)
+        H_FAIL("no master offset to wait for");
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (all[i] == m || all[i]->pid <= 0)
+            continue;
+        while (h_info_int(all[i]->port, "replication", "slave_repl_offset") < want) {
+            if (h_now_ms() > deadline)
+                H_FAIL("replica on port %d did not reach offset %lld within %d ms", all[i]->port, want, timeout_ms);
+            h_sleep_ms(20);
+        }
+    }
+}
+
+int h_sentinels_wait_switch(const struct h_sentinels *t, int old_port, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+
+    for (;;) {
+        int agreed = -1, all = 1;
+
+        for (int i = 0; i < H_SENTINELS && all; i++) {
+            int port = h_named_port(t, t->sentinels[i]);
+
+            if (t->sentinels[i]->pid <= 0)
+                continue; /* stopped by the test */
+            all = port > 0 && port != old_port && (agreed < 0 || port == agreed);
+            agreed = port;
+        }
+        if (all && agreed > 0)
+            return agreed;
+        if (h_now_ms() > deadline)
+            H_FAIL("the sentinels did not switch master %s away from port %d within %d ms", t->name, old_port,
+                   timeout_ms);
+        h_sleep_ms(50);
+    }
+}
+
+/* Kills r, forgets it and removes its directory. */
+static void h_redis_release(struct h_redis *r)
+{
+    for (int i = 0; i < H_MAX_PROCS; i++)
+        if (h_redises[i] == r)
+            h_redises[i] = NULL;
+    h_redis_resume(r);
+    h_kill9(&r->pid);
+    h_remove_tree(r->dir);
+    h_free_extra(r->extra);
+    free(r);
+}
+
+void h_sentinels_stop(struct h_sentinels *t)
+{
+    for (int i = 0; i < H_SENTINELS; i++)
+        h_redis_release(t->sentinels[i]);
+    for (int i = 0; i < H_REPLICAS; i++)
+        h_redis_release(t->replicas[i]);
+    h_redis_release(t->master);
+    free(t);
 }
 
 /* --------------------------------------------------------- Redis Cluster */
@@ -1003,7 +1223,7 @@ struct h_cluster *h_cluster_start(const char *const *extra)
     }
     args[n] = NULL;
     for (int i = 0; i < H_CLUSTER_NODES; i++) {
-        c->node[i] = h_redis_start_on(args, h_cluster_free_port);
+        c->node[i] = h_redis_start_on(NULL, args, h_cluster_free_port);
         c->port[i] = c->node[i]->port;
     }
     h_cluster_create(c);

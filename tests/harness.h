@@ -21,6 +21,7 @@ struct h_redis {
     char dir[256];                 /* private working directory (mkdtemp) */
     char log[300];                 /* dir/redis.log: its stdout and stderr */
     char *extra[H_MAX_EXTRA + 1];  /* extra arguments, NULL-terminated */
+    char conf[300];                /* config file given as its first argument, "" for none */
 };
 
 /* A dlockd started by the harness. */
@@ -100,6 +101,8 @@ int h_free_port(void);
  * it answers PING; fails the test otherwise. Never returns NULL.
  */
 struct h_redis *h_redis_start(const char *const *extra);
+/* As h_redis_start(), with conf (may be NULL) as the config file, its first argument. */
+struct h_redis *h_redis_start_conf(const char *conf, const char *const *extra);
 /* SIGTERM (after SIGCONT), waitpid; SIGKILL after 5 s. Returns the wait status. */
 int h_redis_stop(struct h_redis *r);
 /* SIGKILL and waitpid. */
@@ -126,6 +129,48 @@ long long h_redis_int(int port, const char *cmd, ...) __attribute__((sentinel));
 long long h_redis_cmdstat(int port, const char *cmd);
 /* Number of keys matching pattern, counted with SCAN; -1 on error. */
 long long h_redis_count_keys(int port, const char *pattern);
+
+/* ---- Redis Sentinel: 1 master, 2 replicas and 3 sentinels on loopback */
+
+#define H_REPLICAS 2
+#define H_SENTINELS 3
+
+struct h_sentinels {
+    char name[64];                          /* the master's name at the sentinels */
+    struct h_redis *master;                 /* the first master (pid 0 once killed) */
+    struct h_redis *replicas[H_REPLICAS];   /* started with --replicaof master */
+    struct h_redis *sentinels[H_SENTINELS]; /* quorum 2, down-after-milliseconds 1000, failover-timeout 3000 */
+    char addr[H_SENTINELS][32];             /* "127.0.0.1:PORT" of each sentinel, for --sentinel */
+};
+
+/*
+ * Starts a master, its replicas (once both are in sync) and the sentinels
+ * monitoring it as name, and waits (up to 15 s) until every sentinel sees
+ * both replicas and the other two sentinels: a kill of the master is then
+ * failed over. Fails the test otherwise. Never returns NULL.
+ */
+struct h_sentinels *h_sentinels_start(const char *name);
+/*
+ * Starts one more sentinel monitoring 127.0.0.1:master_port as name with
+ * quorum and the timeouts above, from a config file in its own directory
+ * that ends with extra_conf (lines, may be NULL; e.g. "requirepass pw\n",
+ * or a second "sentinel down-after-milliseconds NAME N" to change one).
+ */
+struct h_redis *h_sentinel_spawn(const char *name, int master_port, int quorum, const char *extra_conf);
+/* The master's port as the first sentinel that answers names it; -1 when none does. */
+int h_sentinels_master_port(const struct h_sentinels *t);
+/* The master or replica of t whose port the sentinels name as the master; NULL when none. */
+struct h_redis *h_sentinels_master(const struct h_sentinels *t);
+/* Waits until every running replica has all the master's writes (replication offsets); fails the test after timeout_ms. */
+void h_sentinels_sync(const struct h_sentinels *t, int timeout_ms);
+/*
+ * Waits until every running sentinel names a master other than old_port
+ * (+switch-master happened) and returns its port; fails the test after
+ * timeout_ms.
+ */
+int h_sentinels_wait_switch(const struct h_sentinels *t, int old_port, int timeout_ms);
+/* Stops the sentinels first (no failover during teardown), then the Redis servers, and frees t. */
+void h_sentinels_stop(struct h_sentinels *t);
 
 /* ---- Redis Cluster */
 
