@@ -144,6 +144,39 @@ START_TEST(test_kept_permits_taken)
 }
 END_TEST
 
+static void break_g(void *arg)
+{
+    (void)arg;
+    free(h_redis_cmd(R->port, "SET", "dlock:{g}:h", "not a hash", NULL));
+}
+
+/*
+ * The gate stays closed until this daemon's holds are back, even when that
+ * takes longer than failover-delay: here the first write-back fails (a key
+ * of another type, gone right after, makes its batch fail; an OOM, a
+ * timeout or a batch late on the new master's clock do the same), and a
+ * LOCK of the name, sent after failover-delay, must not be granted before
+ * the next cycle writes the hold back.
+ */
+START_TEST(test_gate_waits_for_reassert)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--lock-lease", "6s", "--failover-delay", "300ms"));
+    struct h_conn *a = H_CLIENT(d, "name=alice ttl=60s"), *b = H_CLIENT(d, "name=bob");
+    long long t = H_LOCK_NEW(a, "g");
+    char pat[64];
+
+    restart_redis_stopped(&d, 1, break_g, NULL);
+    ck_assert_int_eq(h_log_wait(d, H_ARGS("another server now"), 1, 5000), 1);
+    ck_assert_int_ge(h_log_wait(d, H_ARGS("batch: WRONGTYPE"), 1, 5000), 1);
+    h_sleep_ms(500); /* failover-delay is over */
+    free(h_redis_cmd(R->port, "DEL", "dlock:{g}:h", NULL));
+    H_REQ(b, "BUSY holder=alice ttl=%d", "LOCK g");
+    ck_assert_ptr_null(h_event(a, "* LOST %*", 0));
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(a, pat, "LOCK g");
+}
+END_TEST
+
 static Suite *reassert_suite(void)
 {
     Suite *s = suite_create("reassert");
@@ -154,6 +187,7 @@ static Suite *reassert_suite(void)
     tcase_add_test(tc, test_kept_count);
     tcase_add_test(tc, test_kept_permits);
     tcase_add_test(tc, test_kept_permits_taken);
+    tcase_add_test(tc, test_gate_waits_for_reassert);
     suite_add_tcase(s, tc);
     return s;
 }
