@@ -46,7 +46,8 @@ struct batcher {
     struct event *flush;
     struct batch *open[4];
     struct event *gate;       /* opens it */
-    uint64_t gate_until;      /* monotonic ms; 0 while open */
+    uint64_t gate_until;      /* monotonic ms; 0 once that time is over */
+    int gate_held;            /* closed until batch_gate_hold(d, 0), however long gate_until */
     struct batch *kept, **kept_tail;
 };
 
@@ -244,16 +245,12 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void on_gate(evutil_socket_t fd, short what, void *arg)
+/* Sends the batches kept while the gate was closed, in order. */
+static void gate_open(struct batcher *bt)
 {
-    struct dlockd *d = arg;
-    struct batcher *bt = d->batcher;
     struct batch *b = bt->kept;
 
-    (void)fd;
-    (void)what;
     log_notice("backend: failover-delay is over, granting again");
-    bt->gate_until = 0;
     bt->kept = NULL;
     bt->kept_tail = &bt->kept;
     while (b) {
@@ -262,6 +259,17 @@ static void on_gate(evutil_socket_t fd, short what, void *arg)
         send_batch(b);
         b = next;
     }
+}
+
+static void on_gate(evutil_socket_t fd, short what, void *arg)
+{
+    struct batcher *bt = ((struct dlockd *)arg)->batcher;
+
+    (void)fd;
+    (void)what;
+    bt->gate_until = 0;
+    if (!bt->gate_held)
+        gate_open(bt);
 }
 
 static struct batcher *batcher(struct dlockd *d)
@@ -342,9 +350,20 @@ void batch_gate(struct dlockd *d, int64_t ms)
     evtimer_add(bt->gate, &tv);
 }
 
+void batch_gate_hold(struct dlockd *d, int on)
+{
+    struct batcher *bt = batcher(d);
+
+    if (bt->gate_held == on)
+        return;
+    bt->gate_held = on;
+    if (!on && bt->gate_until == 0)
+        gate_open(bt);
+}
+
 int batch_gated(const struct dlockd *d)
 {
-    return d->batcher && d->batcher->gate_until != 0;
+    return d->batcher && (d->batcher->gate_until != 0 || d->batcher->gate_held);
 }
 
 void batch_close(struct dlockd *d)

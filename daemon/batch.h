@@ -31,6 +31,12 @@ int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char 
  * write back the holds the new master lacks.
  */
 void batch_gate(struct dlockd *d, int64_t ms);
+/*
+ * Keeps the gate closed (on 1) past the end of batch_gate's ms, until
+ * called with 0: this daemon's own holds must be back on a new master
+ * before it grants anything, however long that takes.
+ */
+void batch_gate_hold(struct dlockd *d, int on);
 /* 1 while the gate is closed. */
 int batch_gated(const struct dlockd *d);
 /* Answers the operations not sent yet (kept ones too) as if Redis had not answered, and frees the batches. */

@@ -296,6 +296,7 @@ static void end(struct cycle *cy)
     if (cy->reassert && !cy->failed) {
         reasserting = 0;
         log_notice("backend: every hold of this daemon is on the new master");
+        batch_gate_hold(cy->d, 0);
     }
     if (!cy->failed)
         redis_renewed(cy->d->redis);
@@ -345,6 +346,7 @@ void renew_failover(struct dlockd *d)
               " for %lldms", (long long)delay);
     reasserting = 1;
     batch_gate(d, delay);
+    batch_gate_hold(d, 1);
     if (cy->running && !cy->reassert) {
         cy->stale = 1;
         cy->failed = 1;

@@ -14,8 +14,8 @@ void renew_now(struct dlockd *d);
  * The link is up on a new master (a failover, or a Redis restarted): the
  * cycle running, if any, reports nothing lost; the next cycles write back
  * every hold this daemon has (scripts/reassert.lua) instead of renewing it,
- * until one succeeds whole. The gate (batch_gate) stays closed meanwhile
- * and for failover-delay after.
+ * until one succeeds whole. The gate (batch_gate) stays closed until then,
+ * and at least failover-delay.
  */
 void renew_failover(struct dlockd *d);
 

@@ -4,7 +4,7 @@
 -- way that excludes it. It hands nothing on.
 -- ARGV from A: hid, token, count, Redis lease from now (ms), lease recorded
 -- with the hold (ms), bounded (0 or 1), client.
--- Reply fields: OK, then "kept" (it was there: its lease starts again),
+-- Reply fields: OK, then "kept" (it was there: its count is set and its lease starts again),
 -- "restored" (written back) or "lost" (taken since, or another hold of the
 -- session is there now).
 local hid, token, count, ttl = ARGV[A], ARGV[A + 1], tonumber(ARGV[A + 2]), tonumber(ARGV[A + 3])
@@ -17,7 +17,14 @@ if v then
     if h.token ~= token or h.daemon == '-' then
         return reply('OK', 'lost')
     end
-    h.daemon = DAEMON
+    -- A replica may have missed a reentry or a release of some counts.
+    if mode == 'p' and count > h.count and inspect(s, hid, count - h.count) then
+        return reply('OK', 'lost')
+    end
+    if mode == 'p' and redis.call('EXISTS', s.m) == 1 then
+        add_used(s, count - h.count)
+    end
+    h.count, h.daemon = count, DAEMON
     redis.call('HSET', s.h, hid, hold_encode(h))
     redis.call('ZADD', s.x, at(NOW + ttl), hid)
     s.hchanged = true
