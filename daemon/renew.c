@@ -55,6 +55,8 @@ struct cycle {
     int failed;         /* a call could not be sent, failed or timed out */
     int reassert;       /* write holds back (after a failover) rather than renew them */
     int stale;          /* sent before a failover: what it finds gone proves nothing */
+    char **lapsed;      /* of a re-assert cycle: the waits whose queue places are gone */
+    size_t nlapsed, caplapsed;
 };
 
 /* A hold being written back. */
@@ -76,6 +78,52 @@ static void batch_free(struct batch *b)
     free(b);
 }
 
+/* A wait whose queue place is gone is checked again at once; after a failover, once the cycle
+ * is over, in the order the daemon received them, so that they queue again in that order. */
+static void lapsed(struct cycle *cy, const char *wid)
+{
+    if (!cy->reassert) {
+        wait_lapsed(cy->d, wid);
+        return;
+    }
+    if (cy->nlapsed == cy->caplapsed) {
+        cy->caplapsed = cy->caplapsed ? cy->caplapsed * 2 : 64;
+        if ((cy->lapsed = realloc(cy->lapsed, cy->caplapsed * sizeof(*cy->lapsed))) == NULL)
+            fatalx("renew: out of memory");
+    }
+    if ((cy->lapsed[cy->nlapsed++] = strdup(wid)) == NULL)
+        fatalx("renew: out of memory");
+}
+
+/* The sequence number of a wid: "daemon.sequence". */
+static unsigned long long wid_seq(const char *wid)
+{
+    const char *dot = strrchr(wid, '.');
+
+    return dot ? strtoull(dot + 1, NULL, 10) : 0;
+}
+
+static int by_arrival(const void *a, const void *b)
+{
+    unsigned long long x = wid_seq(*(char *const *)a), y = wid_seq(*(char *const *)b);
+
+    return x < y ? -1 : x > y;
+}
+
+static void recheck_lapsed(struct cycle *cy)
+{
+    if (cy->nlapsed == 0)
+        return;
+    qsort(cy->lapsed, cy->nlapsed, sizeof(*cy->lapsed), by_arrival);
+    for (size_t i = 0; i < cy->nlapsed; i++) {
+        wait_lapsed(cy->d, cy->lapsed[i]);
+        free(cy->lapsed[i]);
+    }
+    free(cy->lapsed);
+    cy->lapsed = NULL;
+    cy->nlapsed = cy->caplapsed = 0;
+}
+
 static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct batch *b = arg;
@@ -93,7 +141,7 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
                 continue;
             it = &b->items[k];
             if (b->text[it->token] == '\0')
-                wait_lapsed(d, b->text + it->member + 1);
+                lapsed(cy, b->text + it->member + 1);
             else
                 hold_lost(d, b->text + it->name, b->text + it->member, b->text + it->token, "backend");
         }
@@ -293,6 +341,7 @@ static void end(struct cycle *cy)
 {
     cy->running = 0;
     log_debug("renew: %d calls%s", cy->sent, cy->failed ? ", some failed" : "");
+    recheck_lapsed(cy);
     if (cy->reassert && !cy->failed) {
         reasserting = 0;
         log_notice("backend: every hold of this daemon is on the new master");

@@ -177,6 +177,36 @@ START_TEST(test_gate_waits_for_reassert)
 }
 END_TEST
 
+#define NW 6
+
+/* Queued requests whose places a new Redis lacks are queued again in the order the daemon received them. */
+START_TEST(test_waiters_requeued_in_order)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--lock-lease", "3s", "--failover-delay", "300ms"));
+    struct h_conn *h = H_CLIENT(d, "name=holder"), *w[NW];
+    int64_t deadline;
+
+    H_LOCK_NEW(h, "q");
+    for (int i = 0; i < NW; i++) {
+        w[i] = H_CLIENT(d, "name=w");
+        ck_assert_int_eq(h_send(w[i], "LOCK q wait=30s"), 0);
+        ck_assert_int_eq(h_wait_waiters(h, "q", i + 1, 3000), 1);
+    }
+    h_redis_kill(R);
+    h_redis_restart(R);
+    H_EVENT(h, "* SAFE", 10000);
+    for (deadline = h_now_ms() + 8000; h_now_ms() < deadline; h_sleep_ms(50))
+        if (h_redis_int(R->port, "ZCARD", "dlock:{q}:q", NULL) == NW)
+            break;
+    ck_assert_int_eq(h_redis_int(R->port, "ZCARD", "dlock:{q}:q", NULL), NW);
+    H_REQ(h, "OK count=0", "UNLOCK q");
+    for (int i = 0; i < NW; i++) {
+        H_REPLY(w[i], "OK token=%d count=1", 3000);
+        H_REQ(w[i], "OK count=0", "UNLOCK q");
+    }
+}
+END_TEST
+
 static Suite *reassert_suite(void)
 {
     Suite *s = suite_create("reassert");
@@ -188,6 +218,7 @@ static Suite *reassert_suite(void)
     tcase_add_test(tc, test_kept_permits);
     tcase_add_test(tc, test_kept_permits_taken);
     tcase_add_test(tc, test_gate_waits_for_reassert);
+    tcase_add_test(tc, test_waiters_requeued_in_order);
     suite_add_tcase(s, tc);
     return s;
 }
