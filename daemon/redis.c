@@ -125,6 +125,11 @@ static const char *where(const struct redis *rd)
     return rd->addr[0] ? rd->addr : "(no master named yet)";
 }
 
+int64_t redis_notice_ms(const struct redis *rd)
+{
+    return BACKOFF_MAX_MS + rd->d->cfg.backend_timeout;
+}
+
 uint64_t redis_reconnects(const struct redis *rd)
 {
     return rd->reconnects;

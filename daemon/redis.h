@@ -42,6 +42,12 @@ int redis_jeopardy(const struct redis *rd);
 const char *redis_state(const struct redis *rd);
 /* The Redis in use or last tried, "HOST:PORT" or "unix:PATH"; "" before the sentinels named one. */
 const char *redis_addr(const struct redis *rd);
+/*
+ * The longest a daemon whose link went down takes to be up again on a Redis
+ * that answers: its longest backoff, then a handshake within backend-timeout.
+ * Every daemon sharing a new Redis notices it within that much of another.
+ */
+int64_t redis_notice_ms(const struct redis *rd);
 /* How many times the link came up again after it had been up once. */
 uint64_t redis_reconnects(const struct redis *rd);
 /* Why the link is not up or in jeopardy, for operators; "" when all is well. */

@@ -390,7 +390,12 @@ void renew_now(struct dlockd *d)
 void renew_failover(struct dlockd *d)
 {
     struct cycle *cy = &cycle;
-    int64_t delay = d->cfg.failover_delay ? d->cfg.failover_delay : d->cfg.lock_lease;
+    int64_t delay = d->cfg.failover_delay;
+
+    /* By default one lock-lease, and not shorter than another daemon, down meanwhile, may take
+     * to reconnect, notice and write its holds back. */
+    if (delay == 0)
+        delay = d->cfg.lock_lease > redis_notice_ms(d->redis) ? d->cfg.lock_lease : redis_notice_ms(d->redis);
 
     log_warnx("backend: Redis is another server now (a failover, or a restart): writing holds back, no grants"
               " for %lldms", (long long)delay);

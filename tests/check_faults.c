@@ -94,11 +94,11 @@ START_TEST(test_kill9_daemon_lease)
 }
 END_TEST
 
-static const char *const LEASE_3S[] = { "--lock-lease", "3s", NULL };
+static const char *const LEASE_3S[] = { "--lock-lease", "3s", "--failover-delay", "3s", NULL };
 
 /* A Redis restarted empty lacks every hold: dlockd writes them back with their tokens (the
- * holders hear JEOPARDY and SAFE, no LOST), and grants nothing new for failover-delay (one
- * lock-lease here), so a daemon that writes back later still finds its names free. */
+ * holders hear JEOPARDY and SAFE, no LOST), and grants nothing new for failover-delay (3 s
+ * here), so a daemon that writes back later still finds its names free. */
 START_TEST(test_redis_restart_empty)
 {
     struct h_dlockd *d = h_dlockd_start(R->port, LEASE_3S), *d2 = h_dlockd_start(R->port, LEASE_3S);

@@ -44,7 +44,8 @@ ROUND_S = 36
 DRAIN_S = 15
 BACKEND_TIMEOUT_MS = 1000
 BOUND_MS = 2 * BACKEND_TIMEOUT_MS + 4000     # a reply that needs no waiting comes within this
-GRACE_MS = 5000 + BOUND_MS                   # after Redis is back: dlockd's reconnect backoff, then a reply
+GATE_MS = 5000 + BACKEND_TIMEOUT_MS          # failover-delay after a restart: at least the longest reconnect
+GRACE_MS = 5000 + GATE_MS + BOUND_MS         # after Redis is back: the reconnect backoff, the gate, then a reply
 VARIANTS = [
     dict(name="plain"),
     dict(name="requirepass", password=True),
