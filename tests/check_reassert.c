@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const LEASE_3S[] = { "--lock-lease", "3s", NULL };
-
 /* The one hold of name in Redis: its field (hid) and value, into field and value; 0, or -1 when there is not one. */
 static int hold_of(const char *name, char *field, size_t fcap, char *value, size_t vcap)
 {
