@@ -18,6 +18,7 @@
 #include "session.h"
 
 #define RECORD_MARGIN_MS 1000 /* a record outlives the holds it lists by this much */
+#define RECORD_TOMBSTONE_MS "10000" /* what is left of an ended record names its daemon this long */
 #define TOUCH_BATCH 200       /* records per renewal call */
 
 /* Index changes not sent yet: key, field, key, field, ... */
@@ -259,12 +260,12 @@ void record_flush(struct dlockd *d)
 void record_delete(struct session *s)
 {
     char key[CONTRACT_KEY_MAX];
-    const char *argv[] = { key, "del", s->d->id };
+    const char *argv[] = { key, "del", s->d->id, RECORD_TOMBSTONE_MS };
 
     if (!s->has_secret)
         return;
     session_key(key, sizeof(key), s);
-    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 3, argv, on_done, NULL, NULL))
+    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 4, argv, on_done, NULL, NULL))
         log_debug("record: s%s left to expire: no link", s->id);
 }
 

@@ -34,7 +34,8 @@ void record_waiting(struct session *s, const char *hid, const char *name, const 
 void record_granted(struct session *s, const char *hid, const char *name, const char *token);
 /* Sends the index changes noted since the last call, in one call. */
 void record_flush(struct dlockd *d);
-/* Deletes s's record: the session ended. */
+/* Ends s's record: for a few seconds only its daemon is left, which a daemon
+ * still holding a copy of s reads as "moved" (and nobody can resume it). */
 void record_delete(struct session *s);
 /* Moves on the expiry of the records of every session here with a secret (the renewal's cycle);
  * one Redis lost or never got is written again whole. */

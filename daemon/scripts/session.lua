@@ -15,7 +15,10 @@
 --            (deleted). A record that is gone stays gone.
 --   touch    KEYS: records; ARGV: the expiry (ms) of each. Returns the
 --            positions (from 1) of those that are gone.
---   del      KEYS[1]; ARGV daemon: deletes it, unless another daemon has it.
+--   del      KEYS[1]; ARGV daemon, ms: ends it, unless another daemon has it:
+--            what is left for ms is only d, so that a daemon still holding a
+--            copy of the session lets go when it reads it, and nobody can
+--            resume it (no k).
 local op = ARGV[1]
 
 if op == 'put' then
@@ -69,6 +72,8 @@ elseif op == 'del' then
     if d and d ~= ARGV[2] then
         return 0
     end
-    return redis.call('DEL', KEYS[1])
+    redis.call('DEL', KEYS[1])
+    redis.call('HSET', KEYS[1], 'd', ARGV[2])
+    return redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 return redis.error_reply('session.lua: unknown operation ' .. tostring(op))
