@@ -399,7 +399,7 @@ int contract_record(const redisReply *rep, struct contract_record *rec)
         else if (strcmp(f, CONTRACT_REC_TTL) == 0)
             rec->ttl = strtoll(v, NULL, 10);
     }
-    return rec->hash[0] && rec->ttl > 0 ? 0 : -1;
+    return rec->daemon[0] ? 0 : -1;
 }
 
 int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,

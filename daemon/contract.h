@@ -246,7 +246,8 @@ struct contract_record {
 #define CONTRACT_REC_PEER "p"
 #define CONTRACT_REC_INDEX 'i'
 
-/* Decodes rep into rec. Returns 0, or -1 when there is no record (or it is malformed). */
+/* Decodes rep into rec. Returns 0, or -1 when there is no record (or it names no daemon). A
+ * record that ended has a daemon and nothing else: hash "" and ttl 0 (session.lua del). */
 int contract_record(const redisReply *rep, struct contract_record *rec);
 /*
  * Copies index entry j (from 0, below rec->nindex) of rec: the hold id into

@@ -198,7 +198,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     }
     /* A record naming this daemon for a session it does not have is one that ended here and
      * came back (a Redis restored from an older snapshot): it resumes nothing. */
-    if (rec && (strcmp(rec->daemon, d->id) == 0 || rec->hash[0] == '\0'))
+    if (rec && (strcmp(rec->daemon, d->id) == 0 || rec->hash[0] == '\0' || rec->ttl <= 0))
         rec = NULL; /* or one that ended, of which only its daemon is left */
     if (rec == NULL ||
         (!rs->ans->trusted && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash)) ||

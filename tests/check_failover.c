@@ -282,6 +282,30 @@ START_TEST(test_dead_daemon_holds_for_ttl)
 }
 END_TEST
 
+/* A session resumed on another daemon and ended there at once leaves only that daemon in its
+ * record: the daemon still holding a copy reads it as moved and lets go, and nobody resumes it. */
+START_TEST(test_moved_then_ended)
+{
+    struct h_conn *a = H_CLIENT(D, "name=alice"), *b = H_CLIENT(D, "name=bob"), *x;
+    const char *info = H_REQ(b, "OK {%*}", "INFO");
+    char id[64], channel[100], msg[100], key[100];
+    const char *p = strstr(info, "\"id\":\"");
+
+    ck_assert_ptr_nonnull(p);
+    snprintf(id, sizeof id, "%.16s", p + 6);
+    snprintf(key, sizeof key, "dlock:{%s}:session", a->session);
+    ck_assert_int_eq(h_redis_int(R->port, "DEL", key, NULL), 1);
+    ck_assert_int_eq(h_redis_int(R->port, "HSET", key, "d", "0123456789abcdef", NULL), 1);
+    ck_assert_int_eq(h_redis_int(R->port, "PEXPIRE", key, "10000", NULL), 1);
+    snprintf(channel, sizeof channel, "dlock:%s", id);
+    snprintf(msg, sizeof msg, "M %s", a->session);
+    ck_assert_int_eq(h_redis_int(R->port, "PUBLISH", channel, msg, NULL), 1);
+    H_EVENT(a, "* BYE reason=moved", 3000);
+    x = H_CONNECT(D->port);
+    H_REQ(x, "ERR NOSESSION %*", "HELLO session=%s secret=%s", a->session, a->secret);
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
     Suite *s = suite_create("failover");
@@ -301,6 +325,7 @@ static Suite *failover_suite(void)
     tcase_add_test(tc, test_forged_move_no_record);
     tcase_add_test(tc, test_dead_waiter_dequeued);
     tcase_add_test(tc, test_dead_daemon_holds_for_ttl);
+    tcase_add_test(tc, test_moved_then_ended);
     suite_add_tcase(s, tc);
     return s;
 }
