@@ -1,5 +1,6 @@
 /* batch.c - gathers the script operations of one turn of the event loop
- * into one call of the batch script (scripts/common.lua), and hands each
+ * into one call of the batch script (scripts/common.lua) per master (with
+ * Redis Cluster an operation goes with its names), and hands each
  * operation its own part of the reply. One call costs Redis far less than
  * one per request: a script call's fixed cost is paid once per turn. */
 #include <stdio.h>
@@ -40,11 +41,12 @@ struct batch {
     struct batch_op ops[BATCH_OPS];
 };
 
-/* The batches being gathered, one per combination of flags, the event that
- * sends them, and those kept while the gate is closed. */
+/* The batches being gathered, one per combination of flags and master
+ * (one master but with Redis Cluster), the event that sends them, and
+ * those kept while the gate is closed. */
 struct batcher {
     struct event *flush;
-    struct batch *open[4];
+    struct batch *open[4][REDIS_NODES_MAX];
     struct event *gate;       /* opens it */
     uint64_t gate_until;      /* monotonic ms; 0 once that time is over */
     int gate_held;            /* closed until batch_gate_hold(d, 0), however long gate_until */
@@ -238,10 +240,12 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     for (int i = 0; i < 4; i++) {
-        struct batch *b = bt->open[i];
-        bt->open[i] = NULL;
-        if (b)
-            send_batch(b);
+        for (int n = 0; n < REDIS_NODES_MAX; n++) {
+            struct batch *b = bt->open[i][n];
+            bt->open[i][n] = NULL;
+            if (b)
+                send_batch(b);
+        }
     }
 }
 
@@ -286,15 +290,15 @@ static struct batcher *batcher(struct dlockd *d)
     return bt;
 }
 
-/* The batch being gathered, opened (and its sending planned) when there is none. */
-static struct batch *open_batch(struct dlockd *d, int flags)
+/* The batch being gathered for node, opened (and its sending planned) when there is none. */
+static struct batch *open_batch(struct dlockd *d, int flags, int node)
 {
     struct batcher *bt = batcher(d);
     struct batch *b;
 
-    if ((b = bt->open[flags]) != NULL)
+    if ((b = bt->open[flags][node]) != NULL)
         return b;
-    if ((b = bt->open[flags] = calloc(1, sizeof(*b))) == NULL)
+    if ((b = bt->open[flags][node] = calloc(1, sizeof(*b))) == NULL)
         fatalx("batch: out of memory");
     b->d = d;
     b->flags = flags;
@@ -313,16 +317,34 @@ static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
     }
 }
 
+int batch_node(const struct dlockd *d, const char *name)
+{
+    char key[CONTRACT_KEY_MAX];
+
+    contract_key(key, sizeof(key), d->cfg.key_prefix, name, CONTRACT_SUFFIXES[0]);
+    return redis_node(d->redis, key);
+}
+
+int batch_spans(const struct dlockd *d, int nnames, const char *const *names)
+{
+    for (int i = 1; i < nnames; i++)
+        if (batch_node(d, names[i]) != batch_node(d, names[0]))
+            return 1;
+    return 0;
+}
+
 int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
     struct contract_frame f;
     struct batch *b;
+    int node;
 
     if (!redis_accepts(d->redis))
         return -1;
     flags &= BATCH_BOUNDED | BATCH_UNGATED;
-    b = open_batch(d, flags);
+    node = nnames > 0 ? batch_node(d, names[0]) : 0;
+    b = open_batch(d, flags, node);
     b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
     for (int i = 0; i < nnames; i++)
         add_keys(d, &b->keys, names[i]);
@@ -330,7 +352,7 @@ int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char 
     for (int i = 0; i < f.n; i++)
         strv_add(&b->args, f.v[i], strlen(f.v[i]));
     if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
-        d->batcher->open[flags] = NULL;
+        d->batcher->open[flags][node] = NULL;
         send_batch(b);
     }
     return 0;
@@ -373,9 +395,11 @@ void batch_close(struct dlockd *d)
     if (bt == NULL)
         return;
     for (int i = 0; i < 4; i++) {
-        if (bt->open[i]) {
-            drop_all(bt->open[i]);
-            batch_free(bt->open[i]);
+        for (int n = 0; n < REDIS_NODES_MAX; n++) {
+            if (bt->open[i][n]) {
+                drop_all(bt->open[i][n]);
+                batch_free(bt->open[i][n]);
+            }
         }
     }
     while (bt->kept) {

@@ -8,6 +8,7 @@
 
 #include "conn.h"
 #include "deadlock.h"
+#include "batch.h"
 #include "dlockd.h"
 #include "hold.h"
 #include "lock.h"
@@ -58,6 +59,10 @@ static int within_limits(struct req *r, struct session *s)
     struct dlockd *d = r->d;
     int n = r->pr.nnames;
 
+    if (batch_spans(d, n, (const char *const *)r->pr.names)) {
+        req_err(r, PROTO_ELIMIT, "names on different cluster nodes; give them a common hash tag, {tag}name");
+        return -1;
+    }
     if (s->nholds + s->nreserved + n > d->cfg.max_holds) {
         req_err(r, PROTO_ELIMIT, "session has %d holds and waits for %d more, max-holds is %lld", s->nholds,
                 s->nreserved, (long long)d->cfg.max_holds);

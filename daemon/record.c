@@ -234,24 +234,41 @@ static void drop_pending(void)
     pend.n = 0;
 }
 
-/* KEYS: one record per change; ARGV: "index", then "1" and the change, for each. */
+/* The changes of the records on one master: KEYS one record per change;
+ * ARGV "index", then "1" and the change, for each. */
+static void flush_node(struct dlockd *d, int node, const char **keys, const char **argv)
+{
+    int nkeys = 0;
+
+    for (int i = 0; i < pend.n / 2; i++)
+        if (redis_node(d->redis, pend.v[2 * i]) == node)
+            keys[nkeys++] = pend.v[2 * i];
+    if (nkeys == 0)
+        return;
+    memcpy(argv, keys, (size_t)nkeys * sizeof(*argv));
+    argv[nkeys] = "index";
+    for (int i = 0, j = 0; i < pend.n / 2; i++) {
+        if (redis_node(d->redis, pend.v[2 * i]) != node)
+            continue;
+        argv[nkeys + 1 + 2 * j] = "1";
+        argv[nkeys + 2 + 2 * j++] = pend.v[2 * i + 1];
+    }
+    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, 3 * nkeys + 1, argv, on_done, NULL, NULL))
+        log_debug("record: %d index changes not sent: no link", nkeys);
+}
+
 void record_flush(struct dlockd *d)
 {
-    int nkeys = pend.n / 2, argc = 1 + pend.n;
-    const char **argv;
+    const char **keys, **argv;
 
     if (pend.n == 0)
         return;
-    if ((argv = malloc((size_t)(nkeys + argc) * sizeof(*argv))) == NULL)
+    if ((keys = malloc((size_t)pend.n * sizeof(*keys))) == NULL ||
+        (argv = malloc((size_t)(pend.n * 2 + 1) * sizeof(*argv))) == NULL)
         fatalx("record: out of memory");
-    for (int i = 0; i < nkeys; i++) {
-        argv[i] = pend.v[2 * i];
-        argv[nkeys + 1 + 2 * i] = "1";
-        argv[nkeys + 2 + 2 * i] = pend.v[2 * i + 1];
-    }
-    argv[nkeys] = "index";
-    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, nkeys + argc, argv, on_done, NULL, NULL))
-        log_debug("record: %d index changes not sent: no link", nkeys);
+    for (int node = 0; node < redis_nodes(d->redis); node++)
+        flush_node(d, node, keys, argv);
+    free(keys);
     free(argv);
     drop_pending();
 }
@@ -311,10 +328,21 @@ static void touch_send(struct dlockd *d, struct touch **tp)
         fatalx("record: out of memory");
 }
 
+/* The call being filled for the master of key (one per master), made when there is none. */
+static struct touch **touch_for(struct dlockd *d, struct touch **per_node, const char *key)
+{
+    struct touch **tp = &per_node[redis_node(d->redis, key)];
+
+    if (*tp == NULL && (*tp = calloc(1, sizeof(**tp))) == NULL)
+        fatalx("record: out of memory");
+    return tp;
+}
+
 static int touch_one(const char *key, void *val, void *arg)
 {
     struct session *s = val;
-    struct touch **tp = arg, *t = *tp;
+    struct touch **tp, *t;
+    char rkey[CONTRACT_KEY_MAX];
 
     (void)key;
     if (!s->has_secret)
@@ -323,7 +351,10 @@ static int touch_one(const char *key, void *val, void *arg)
         record_put(s, NULL, NULL);
         return 0;
     }
-    session_key(t->keys[t->n], sizeof(t->keys[t->n]), s);
+    session_key(rkey, sizeof(rkey), s);
+    tp = touch_for(s->d, arg, rkey);
+    t = *tp;
+    memcpy(t->keys[t->n], rkey, sizeof(rkey));
     snprintf(t->ms[t->n], sizeof(t->ms[t->n]), "%lld", expiry_ms(s));
     memcpy(t->sids[t->n], s->id, sizeof(t->sids[t->n]));
     if (++t->n == TOUCH_BATCH)
@@ -333,13 +364,14 @@ static int touch_one(const char *key, void *val, void *arg)
 
 void record_renew(struct dlockd *d)
 {
-    struct touch *t = calloc(1, sizeof(*t));
+    struct touch *per_node[REDIS_NODES_MAX] = { 0 };
 
-    if (t == NULL)
-        fatalx("record: out of memory");
-    dict_each(d->sessions, touch_one, &t);
-    touch_send(d, &t);
-    free(t);
+    dict_each(d->sessions, touch_one, per_node);
+    for (int node = 0; node < REDIS_NODES_MAX; node++) {
+        if (per_node[node])
+            touch_send(d, &per_node[node]);
+        free(per_node[node]);
+    }
 }
 
 void record_free_all(struct dlockd *d)

@@ -8,6 +8,8 @@
 
 struct dlockd;
 
+#define REDIS_NODES_MAX 32 /* masters of a Redis Cluster dlockd works with */
+
 /*
  * A script's result. r is NULL when Redis did not answer within
  * backend-timeout, answered with an error, or the link dropped: the call may
@@ -52,6 +54,11 @@ uint64_t redis_reconnects(const struct redis *rd);
 const char *redis_error(const struct redis *rd);
 /* Why redis_script cannot run now, as the text of an ERR BACKEND. */
 const char *redis_unavailable(const struct redis *rd);
+
+/* The masters that scripts go to: 1 for one Redis, the masters of the cluster otherwise. */
+int redis_nodes(const struct redis *rd);
+/* Which of them (0..redis_nodes-1) serves key now; calls with keys of two of them fail. */
+int redis_node(const struct redis *rd, const char *key);
 
 /* 1 when redis_script may be called now. */
 int redis_accepts(const struct redis *rd);

@@ -48,7 +48,7 @@ struct cycle {
     int again;          /* asked for while running: another cycle follows */
     struct dict *table; /* being walked; NULL when the walk is over */
     size_t cursor;      /* the next slot of table */
-    struct batch *b;    /* being filled */
+    struct batch *b[REDIS_NODES_MAX]; /* being filled, one per master (redis_node) */
     char lease[24];     /* lock-lease, in ms */
     int inflight;       /* calls not yet answered */
     int sent;           /* calls sent */
@@ -151,17 +151,17 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
 }
 
 /* KEYS: the keys of each run of items on one name; ARGV: for each run its
- * length, then the member and lease of each item. */
-static void flush(struct cycle *cy)
+ * length, then the member and lease of each item. One call per master. */
+static void flush(struct cycle *cy, int node)
 {
-    struct batch *b = cy->b;
+    struct batch *b = cy->b[node];
     const char **argv;
     char *runs;
     int argc = 0, nkeys;
 
     if (b == NULL || b->n == 0)
         return;
-    cy->b = NULL;
+    cy->b[node] = NULL;
     if ((argv = malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
         (runs = malloc((size_t)b->n * 12)) == NULL)
         fatalx("renew: out of memory");
@@ -235,12 +235,13 @@ static size_t put_keys(struct batch *b, const char *prefix, const char *name)
 static void add(struct cycle *cy, const char *name, const char *pre, const char *member, const char *lease,
                 const char *token)
 {
+    int node = batch_node(cy->d, name);
     struct batch *b;
     struct item *it;
 
-    if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
+    if (cy->b[node] == NULL && (cy->b[node] = calloc(1, sizeof(*cy->b[node]))) == NULL)
         fatalx("renew: out of memory");
-    b = cy->b;
+    b = cy->b[node];
     it = &b->items[b->n];
     if (b->n > 0 && strcmp(b->text + it[-1].name, name) == 0)
         it->keys = it[-1].keys;
@@ -251,7 +252,7 @@ static void add(struct cycle *cy, const char *name, const char *pre, const char 
     it->name = put(b, name, (char *)NULL);
     it->token = put(b, token, (char *)NULL);
     if (++b->n == RENEW_BATCH)
-        flush(cy);
+        flush(cy, node);
 }
 
 static void on_reasserted(struct dlockd *d, const struct contract_reply *rep, void *arg)
@@ -363,8 +364,8 @@ static void fill(struct cycle *cy)
         if (cy->cursor == 0)
             cy->table = cy->table == d->names ? d->waits : NULL;
     }
-    if (cy->table == NULL)
-        flush(cy);
+    for (int node = 0; cy->table == NULL && node < REDIS_NODES_MAX; node++)
+        flush(cy, node);
     if (cy->table == NULL && cy->inflight == 0 && cy->running)
         end(cy);
 }
@@ -405,9 +406,10 @@ void renew_failover(struct dlockd *d)
         cy->stale = 1;
         cy->failed = 1;
         cy->table = NULL;
-        if (cy->b) {
-            batch_free(cy->b);
-            cy->b = NULL;
+        for (int node = 0; node < REDIS_NODES_MAX; node++) {
+            if (cy->b[node])
+                batch_free(cy->b[node]);
+            cy->b[node] = NULL;
         }
     }
     renew_now(d);
