@@ -992,21 +992,14 @@ static const struct cluster_owner cluster_owner = {
     .refreshed = on_refreshed,
 };
 
-int redis_nodes(const struct redis *rd)
+int redis_slots(const struct redis *rd)
 {
-    return rd->cluster && rd->nmasters > 0 ? rd->nmasters : 1;
+    return rd->cluster ? CLUSTER_SLOTS : 1;
 }
 
-int redis_node(const struct redis *rd, const char *key)
+int redis_slot(const struct redis *rd, const char *key)
 {
-    const struct cluster_node *n;
-
-    if (rd->cluster == NULL || (n = cluster_node_for_slot(rd->cluster, cluster_slot(key, strlen(key)))) == NULL)
-        return 0;
-    for (int i = 0; i < rd->nmasters; i++)
-        if (rd->masters[i].port == n->port && strcmp(rd->masters[i].host, n->host) == 0)
-            return i;
-    return 0;
+    return rd->cluster ? cluster_slot(key, strlen(key)) : 0;
 }
 
 /* The sentinels' answer: the master to connect to, or why there is none. */

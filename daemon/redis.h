@@ -55,10 +55,10 @@ const char *redis_error(const struct redis *rd);
 /* Why redis_script cannot run now, as the text of an ERR BACKEND. */
 const char *redis_unavailable(const struct redis *rd);
 
-/* The masters that scripts go to: 1 for one Redis, the masters of the cluster otherwise. */
-int redis_nodes(const struct redis *rd);
-/* Which of them (0..redis_nodes-1) serves key now; calls with keys of two of them fail. */
-int redis_node(const struct redis *rd, const char *key);
+/* The hash slots keys fall in: CLUSTER_SLOTS with Redis Cluster, 1 for one Redis. */
+int redis_slots(const struct redis *rd);
+/* The slot of key (0..redis_slots-1): Redis Cluster refuses a call whose keys are in two. */
+int redis_slot(const struct redis *rd, const char *key);
 
 /* 1 when redis_script may be called now. */
 int redis_accepts(const struct redis *rd);

@@ -24,6 +24,7 @@
 
 #define RENEW_BATCH 200 /* leases per script call */
 #define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
+#define RENEW_WINDOW_SLOTS 256 /* the same with Redis Cluster, where a call has the names of one slot */
 #define REASSERT_WINDOW (RENEW_BATCH * RENEW_WINDOW) /* holds written back at once */
 
 /* One lease to extend: offsets in its batch's text of the script's
@@ -35,8 +36,9 @@ struct item {
 };
 
 struct batch {
-    int n;
-    struct item items[RENEW_BATCH];
+    int n, room;
+    int slot;           /* of every item's keys (redis_slot) */
+    struct item *items; /* room for that many, RENEW_BATCH at most */
     char *text; /* the items' strings, each NUL-terminated */
     size_t len, cap;
 };
@@ -48,7 +50,7 @@ struct cycle {
     int again;          /* asked for while running: another cycle follows */
     struct dict *table; /* being walked; NULL when the walk is over */
     size_t cursor;      /* the next slot of table */
-    struct batch *b[REDIS_NODES_MAX]; /* being filled, one per master (redis_node) */
+    struct batch *b;    /* being filled */
     char lease[24];     /* lock-lease, in ms */
     int inflight;       /* calls not yet answered */
     int sent;           /* calls sent */
@@ -74,6 +76,7 @@ static void fill(struct cycle *cy);
 
 static void batch_free(struct batch *b)
 {
+    free(b->items);
     free(b->text);
     free(b);
 }
@@ -151,17 +154,17 @@ static void on_renewed(struct dlockd *d, redisReply *rep, void *arg)
 }
 
 /* KEYS: the keys of each run of items on one name; ARGV: for each run its
- * length, then the member and lease of each item. One call per master. */
-static void flush(struct cycle *cy, int node)
+ * length, then the member and lease of each item. */
+static void flush(struct cycle *cy)
 {
-    struct batch *b = cy->b[node];
+    struct batch *b = cy->b;
     const char **argv;
     char *runs;
     int argc = 0, nkeys;
 
-    if (b == NULL || b->n == 0)
+    if (b == NULL)
         return;
-    cy->b[node] = NULL;
+    cy->b = NULL;
     if ((argv = malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
         (runs = malloc((size_t)b->n * 12)) == NULL)
         fatalx("renew: out of memory");
@@ -232,16 +235,25 @@ static size_t put_keys(struct batch *b, const char *prefix, const char *name)
     return at;
 }
 
+/* Adds a lease to the call being filled; with Redis Cluster a call has the names of one slot. */
 static void add(struct cycle *cy, const char *name, const char *pre, const char *member, const char *lease,
                 const char *token)
 {
-    int node = batch_node(cy->d, name);
+    int slot = batch_slot(cy->d, name);
     struct batch *b;
     struct item *it;
 
-    if (cy->b[node] == NULL && (cy->b[node] = calloc(1, sizeof(*cy->b[node]))) == NULL)
+    if (cy->b && cy->b->slot != slot)
+        flush(cy);
+    if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
         fatalx("renew: out of memory");
-    b = cy->b[node];
+    b = cy->b;
+    b->slot = slot;
+    if (b->n == b->room) {
+        b->room = b->room ? 2 * b->room : 8;
+        if ((b->items = realloc(b->items, (size_t)b->room * sizeof(*b->items))) == NULL)
+            fatalx("renew: out of memory");
+    }
     it = &b->items[b->n];
     if (b->n > 0 && strcmp(b->text + it[-1].name, name) == 0)
         it->keys = it[-1].keys;
@@ -252,7 +264,7 @@ static void add(struct cycle *cy, const char *name, const char *pre, const char 
     it->name = put(b, name, (char *)NULL);
     it->token = put(b, token, (char *)NULL);
     if (++b->n == RENEW_BATCH)
-        flush(cy, node);
+        flush(cy);
 }
 
 static void on_reasserted(struct dlockd *d, const struct contract_reply *rep, void *arg)
@@ -358,14 +370,15 @@ static void end(struct cycle *cy)
 static void fill(struct cycle *cy)
 {
     struct dlockd *d = cy->d;
+    int window = cy->reassert ? REASSERT_WINDOW : redis_slots(d->redis) > 1 ? RENEW_WINDOW_SLOTS : RENEW_WINDOW;
 
-    while (cy->table && cy->inflight < (cy->reassert ? REASSERT_WINDOW : RENEW_WINDOW)) {
+    while (cy->table && cy->inflight < window) {
         cy->cursor = dict_scan(cy->table, cy->cursor, cy->table == d->names ? add_name : add_wait, cy);
         if (cy->cursor == 0)
             cy->table = cy->table == d->names ? d->waits : NULL;
     }
-    for (int node = 0; cy->table == NULL && node < REDIS_NODES_MAX; node++)
-        flush(cy, node);
+    if (cy->table == NULL)
+        flush(cy);
     if (cy->table == NULL && cy->inflight == 0 && cy->running)
         end(cy);
 }
@@ -406,11 +419,9 @@ void renew_failover(struct dlockd *d)
         cy->stale = 1;
         cy->failed = 1;
         cy->table = NULL;
-        for (int node = 0; node < REDIS_NODES_MAX; node++) {
-            if (cy->b[node])
-                batch_free(cy->b[node]);
-            cy->b[node] = NULL;
-        }
+        if (cy->b)
+            batch_free(cy->b);
+        cy->b = NULL;
     }
     renew_now(d);
 }

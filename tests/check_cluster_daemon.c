@@ -1,6 +1,6 @@
-/* check_cluster_daemon.c - dlockd on a real 3-master Redis Cluster: names spread over every master, a
- * grant handed across masters by pub/sub, names of two masters refused, and holds that survive a CLUSTER
- * FAILOVER and a kill -9 of a master under load with no name granted twice. */
+/* check_cluster_daemon.c - dlockd on a real 3-master Redis Cluster: names spread over every master and
+ * renewed, a grant handed across masters by pub/sub, names of two slots refused, and holds that survive a
+ * CLUSTER FAILOVER and a kill -9 of a master under load with no name granted twice. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,20 +67,33 @@ static int masters_with_keys(long long *total)
     return n;
 }
 
-/* From a replica seed: hundreds of names, locked and held, land on every master; unlocked, they go. */
+/* From a replica seed: hundreds of names, locked in one pipelined write (one loop turn: many slots) and held,
+ * land on every master; renewed, all of them outlive the lease twice over; unlocked, they go. */
 START_TEST(test_names_over_masters)
 {
-    struct h_dlockd *d = start_on(C->port[3], "3s");
-    struct h_conn *a = H_CLIENT(d, "name=alice");
+    struct h_dlockd *d = start_on(C->port[3], "2s");
+    struct h_conn *a = H_CLIENT(d, "name=alice"), *b = H_CLIENT(d, "name=bob");
+    static char lines[NNAMES * 24];
     long long keys;
     int masters;
+    size_t len = 0;
 
     wait_info(a, "\"backend\":\"up\"", 10000);
     for (int i = 0; i < NNAMES; i++)
-        H_REQ(a, "OK token=%* count=1", "LOCK spread%d", i);
+        len += (size_t)snprintf(lines + len, sizeof lines - len, "LOCK spread%d\r\n", i);
+    h_send(a, "%s", lines);
+    for (int i = 0; i < NNAMES; i++)
+        H_REPLY(a, "OK token=%* count=1", 10000);
+    H_REQ(a, "OK tokens=%* counts=1,1,1", "LOCK {job}.a {job}.b {job}.c");
     masters = masters_with_keys(&keys);
     ck_assert_int_eq(masters, 3);
     ck_assert_int_ge(keys, NNAMES);
+    h_sleep_ms(4500); /* past two leases: only renewals keep them */
+    for (int i = 0; i < NNAMES; i++)
+        H_REQ(b, "BUSY holder=alice %*", "LOCK spread%d wait=0", i);
+    H_REQ(b, "BUSY holder=alice %*", "LOCK {job}.b wait=0");
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK {job}.a {job}.b {job}.c");
+    ck_assert_int_eq(h_log_count(d, H_ARGS("CROSSSLOT")), 0);
     for (int i = 0; i < NNAMES; i++)
         H_REQ(a, "OK count=0", "UNLOCK spread%d", i);
     H_REQ(a, "OK", "PING");
@@ -119,7 +132,8 @@ static void name_elsewhere(const char *name, const char *base, char *out, size_t
 }
 
 /* Two daemons on different seeds: a waiter queued on one master is granted through pub/sub when a session of
- * the other daemon unlocks; a LOCK of names on two masters is refused, one with a common hash tag is not. */
+ * the other daemon unlocks; a LOCK or UNLOCK of names in two slots is refused, one with a common hash tag is
+ * not. */
 START_TEST(test_waiter_and_crossslot)
 {
     struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[1], "3s");
@@ -135,7 +149,10 @@ START_TEST(test_waiter_and_crossslot)
     H_SILENT(b, 300);
     H_REQ(a, "OK count=0", "UNLOCK handed");
     H_REPLY(b, "OK token=%* count=1", 5000);
-    H_REQ(b, "ERR LIMIT names on different cluster nodes%*", "LOCK handed %s", other);
+    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "LOCK handed %s", other);
+    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "UNLOCK handed %s",
+          other);
+    H_REQ(b, "OK count=0", "UNLOCK handed");
     H_REQ(b, "OK tokens=%* counts=1,1", "LOCK {job}.a {job}.b");
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
@@ -189,6 +206,8 @@ START_TEST(test_failovers_keep_holds)
     }
     for (int i = 0; i < 60; i++)
         H_REQ(b, "BUSY holder=holder %*", "LOCK kept%d wait=0", i);
+    ck_assert_int_eq(h_log_count(d1, H_ARGS("CROSSSLOT")), 0);
+    ck_assert_int_eq(h_log_count(d2, H_ARGS("CROSSSLOT")), 0);
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }

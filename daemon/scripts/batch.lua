@@ -29,5 +29,4 @@ local function batch(keys, args)
     return finish(results)
 end
 
--- Its keys span many slots of one master with Redis Cluster (one call per master).
-redis.register_function{ function_name = '@FUNCTION@', callback = batch, flags = { 'allow-cross-slot-keys' } }
+redis.register_function('@FUNCTION@', batch)

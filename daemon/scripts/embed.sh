@@ -2,8 +2,7 @@
 # Writes scripts.c: the batch library (common.lua, every operation's file as
 # a function OPS.<op>, then batch.lua), named after a hash of its contents so
 # that daemons of different versions sharing a Redis each call their own;
-# the standalone scripts, whose first line (or second, after a #!lua shebang)
-# is "-- standalone"; and the names
+# the standalone scripts, whose first line is "-- standalone"; and the names
 # of the operations, in the order given (that of enum op_id in scripts.h).
 # usage: embed.sh SCRIPTDIR file.lua ...
 set -e
@@ -18,7 +17,7 @@ cat "$dir/common.lua" > "$tmp"
 for f in "$@"; do
     n=${f%.lua}
     case $n in common|batch) continue ;; esac
-    if head -n 2 "$dir/$f" | grep -q '^-- standalone'; then
+    if head -n 1 "$dir/$f" | grep -q '^-- standalone'; then
         standalone="$standalone $n"
         continue
     fi

@@ -1,4 +1,3 @@
-#!lua flags=allow-cross-slot-keys
 -- standalone
 -- renew.lua: extends the leases of many holds and waiters, on many names, in one call.
 -- KEYS: the keys h, x, q, w, m of each name (see common.lua). ARGV, for each

@@ -1,4 +1,3 @@
-#!lua flags=allow-cross-slot-keys
 -- standalone
 -- session.lua: the records of sessions, so that any daemon sharing the Redis
 -- can resume one. A record is a hash: d daemon id, n client name, t ttl (ms),
