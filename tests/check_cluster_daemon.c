@@ -72,7 +72,7 @@ static int masters_with_keys(long long *total)
 START_TEST(test_names_over_masters)
 {
     struct h_dlockd *d = start_on(C->port[3], "2s");
-    struct h_conn *a = H_CLIENT(d, "name=alice"), *b = H_CLIENT(d, "name=bob");
+    struct h_conn *a = H_CLIENT(d, "name=alice ttl=2s"), *b = H_CLIENT(d, "name=bob"); /* a lease of 2 s */
     static char lines[NNAMES * 24];
     long long keys;
     int masters;
@@ -88,7 +88,10 @@ START_TEST(test_names_over_masters)
     masters = masters_with_keys(&keys);
     ck_assert_int_eq(masters, 3);
     ck_assert_int_ge(keys, NNAMES);
-    h_sleep_ms(4500); /* past two leases: only renewals keep them */
+    for (int i = 0; i < 9; i++) { /* past two leases of 2 s: only renewals keep them; alice stays alive */
+        h_sleep_ms(500);
+        H_REQ(a, "OK", "PING");
+    }
     for (int i = 0; i < NNAMES; i++)
         H_REQ(b, "BUSY holder=alice %*", "LOCK spread%d wait=0", i);
     H_REQ(b, "BUSY holder=alice %*", "LOCK {job}.b wait=0");
