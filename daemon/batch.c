@@ -54,7 +54,7 @@ struct batcher {
     struct event *flush;
     int slots;                /* redis_slots */
     struct batch **open;      /* [flags * slots + slot]: the one gathered for them, or NULL */
-    struct batches opened;    /* the same, in the order they were opened: sent at the end of the turn */
+    struct batches opened[4]; /* the same, per flags in the order they were opened: sent at the end of the turn */
     struct event *gate;       /* opens it */
     uint64_t gate_until;      /* monotonic ms; 0 once that time is over */
     int gate_held;            /* closed until batch_gate_hold(d, 0), however long gate_until */
@@ -245,7 +245,7 @@ static void send_batch(struct batch *b)
 static void unopen(struct batcher *bt, struct batch *b)
 {
     bt->open[b->flags * bt->slots + b->slot] = NULL;
-    TAILQ_REMOVE(&bt->opened, b, opened);
+    TAILQ_REMOVE(&bt->opened[b->flags], b, opened);
 }
 
 static void on_flush(evutil_socket_t fd, short what, void *arg)
@@ -255,9 +255,11 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    while ((b = TAILQ_FIRST(&bt->opened)) != NULL) {
-        unopen(bt, b);
-        send_batch(b);
+    for (int i = 0; i < 4; i++) {
+        while ((b = TAILQ_FIRST(&bt->opened[i])) != NULL) {
+            unopen(bt, b);
+            send_batch(b);
+        }
     }
 }
 
@@ -299,7 +301,8 @@ static struct batcher *batcher(struct dlockd *d)
             (bt->gate = evtimer_new(d->base, on_gate, d)) == NULL)
             fatalx("batch: out of memory");
         bt->kept_tail = &bt->kept;
-        TAILQ_INIT(&bt->opened);
+        for (int i = 0; i < 4; i++)
+            TAILQ_INIT(&bt->opened[i]);
     }
     return bt;
 }
@@ -317,7 +320,7 @@ static struct batch *open_batch(struct dlockd *d, int flags, int slot)
     (*at)->d = d;
     (*at)->flags = flags;
     (*at)->slot = slot;
-    TAILQ_INSERT_TAIL(&bt->opened, *at, opened);
+    TAILQ_INSERT_TAIL(&bt->opened[flags], *at, opened);
     event_active(bt->flush, EV_TIMEOUT, 0);
     return *at;
 }
@@ -411,10 +414,12 @@ void batch_close(struct dlockd *d)
 
     if (bt == NULL)
         return;
-    while ((b = TAILQ_FIRST(&bt->opened)) != NULL) {
-        unopen(bt, b);
-        drop_all(b);
-        batch_free(b);
+    for (int i = 0; i < 4; i++) {
+        while ((b = TAILQ_FIRST(&bt->opened[i])) != NULL) {
+            unopen(bt, b);
+            drop_all(b);
+            batch_free(b);
+        }
     }
     while ((b = bt->kept) != NULL) {
         bt->kept = b->next;
