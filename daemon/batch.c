@@ -1,10 +1,13 @@
 /* batch.c - gathers the script operations of one turn of the event loop
- * into one call of the batch script (scripts/common.lua), and hands each
- * operation its own part of the reply. One call costs Redis far less than
- * one per request: a script call's fixed cost is paid once per turn. */
+ * into one call of the batch script (scripts/common.lua) per hash slot (all
+ * in one but with Redis Cluster, where an operation goes with its names),
+ * and hands each operation its own part of the reply. One call costs Redis
+ * far less than one per request: a script call's fixed cost is paid once
+ * per turn. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/queue.h>
 
 #include <event2/event.h>
 
@@ -34,17 +37,24 @@ struct batch_op {
 struct batch {
     struct dlockd *d;
     int flags;                /* BATCH_BOUNDED, BATCH_UNGATED */
+    int slot;                 /* of its names' keys (redis_slot) */
+    TAILQ_ENTRY(batch) opened; /* in the batcher's list while it is gathered */
     struct batch *next;       /* kept behind the gate after this one */
     int nops;
     struct strv keys, args;   /* KEYS, and ARGV from the first operation on */
     struct batch_op ops[BATCH_OPS];
 };
 
-/* The batches being gathered, one per combination of flags, the event that
- * sends them, and those kept while the gate is closed. */
+TAILQ_HEAD(batches, batch);
+
+/* The batches being gathered, one per combination of flags and slot (one
+ * slot but with Redis Cluster), the event that sends them, and those kept
+ * while the gate is closed. */
 struct batcher {
     struct event *flush;
-    struct batch *open[4];
+    int slots;                /* redis_slots */
+    struct batch **open;      /* [flags * slots + slot]: the one gathered for them, or NULL */
+    struct batches opened[4]; /* the same, per flags in the order they were opened: sent at the end of the turn */
     struct event *gate;       /* opens it */
     uint64_t gate_until;      /* monotonic ms; 0 once that time is over */
     int gate_held;            /* closed until batch_gate_hold(d, 0), however long gate_until */
@@ -231,17 +241,25 @@ static void send_batch(struct batch *b)
     free(argv);
 }
 
+/* Takes b out of the batches being gathered: the next operation for its flags and slot opens another. */
+static void unopen(struct batcher *bt, struct batch *b)
+{
+    bt->open[b->flags * bt->slots + b->slot] = NULL;
+    TAILQ_REMOVE(&bt->opened[b->flags], b, opened);
+}
+
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     struct batcher *bt = ((struct dlockd *)arg)->batcher;
+    struct batch *b;
 
     (void)fd;
     (void)what;
     for (int i = 0; i < 4; i++) {
-        struct batch *b = bt->open[i];
-        bt->open[i] = NULL;
-        if (b)
+        while ((b = TAILQ_FIRST(&bt->opened[i])) != NULL) {
+            unopen(bt, b);
             send_batch(b);
+        }
     }
 }
 
@@ -278,28 +296,33 @@ static struct batcher *batcher(struct dlockd *d)
 
     if (bt == NULL) {
         if ((bt = d->batcher = calloc(1, sizeof(*bt))) == NULL ||
+            (bt->open = calloc(4 * (size_t)(bt->slots = redis_slots(d->redis)), sizeof(*bt->open))) == NULL ||
             (bt->flush = event_new(d->base, -1, 0, on_flush, d)) == NULL ||
             (bt->gate = evtimer_new(d->base, on_gate, d)) == NULL)
             fatalx("batch: out of memory");
         bt->kept_tail = &bt->kept;
+        for (int i = 0; i < 4; i++)
+            TAILQ_INIT(&bt->opened[i]);
     }
     return bt;
 }
 
-/* The batch being gathered, opened (and its sending planned) when there is none. */
-static struct batch *open_batch(struct dlockd *d, int flags)
+/* The batch being gathered for flags and slot, opened (and its sending planned) when there is none. */
+static struct batch *open_batch(struct dlockd *d, int flags, int slot)
 {
     struct batcher *bt = batcher(d);
-    struct batch *b;
+    struct batch **at = &bt->open[flags * bt->slots + slot];
 
-    if ((b = bt->open[flags]) != NULL)
-        return b;
-    if ((b = bt->open[flags] = calloc(1, sizeof(*b))) == NULL)
+    if (*at != NULL)
+        return *at;
+    if ((*at = calloc(1, sizeof(**at))) == NULL)
         fatalx("batch: out of memory");
-    b->d = d;
-    b->flags = flags;
+    (*at)->d = d;
+    (*at)->flags = flags;
+    (*at)->slot = slot;
+    TAILQ_INSERT_TAIL(&bt->opened[flags], *at, opened);
     event_active(bt->flush, EV_TIMEOUT, 0);
-    return b;
+    return *at;
 }
 
 static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
@@ -313,6 +336,24 @@ static void add_keys(struct dlockd *d, struct strv *keys, const char *name)
     }
 }
 
+int batch_slot(const struct dlockd *d, const char *name)
+{
+    char key[CONTRACT_KEY_MAX];
+
+    if (redis_slots(d->redis) == 1)
+        return 0;
+    contract_key(key, sizeof(key), d->cfg.key_prefix, name, CONTRACT_SUFFIXES[0]);
+    return redis_slot(d->redis, key);
+}
+
+int batch_spans(const struct dlockd *d, int nnames, const char *const *names)
+{
+    for (int i = 1; i < nnames; i++)
+        if (batch_slot(d, names[i]) != batch_slot(d, names[0]))
+            return 1;
+    return 0;
+}
+
 int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
@@ -322,7 +363,7 @@ int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char 
     if (!redis_accepts(d->redis))
         return -1;
     flags &= BATCH_BOUNDED | BATCH_UNGATED;
-    b = open_batch(d, flags);
+    b = open_batch(d, flags, nnames > 0 ? batch_slot(d, names[0]) : 0);
     b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
     for (int i = 0; i < nnames; i++)
         add_keys(d, &b->keys, names[i]);
@@ -330,7 +371,7 @@ int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char 
     for (int i = 0; i < f.n; i++)
         strv_add(&b->args, f.v[i], strlen(f.v[i]));
     if (b->nops == BATCH_OPS || b->keys.len + b->args.len >= BATCH_BYTES) {
-        d->batcher->open[flags] = NULL;
+        unopen(d->batcher, b);
         send_batch(b);
     }
     return 0;
@@ -369,23 +410,25 @@ int batch_gated(const struct dlockd *d)
 void batch_close(struct dlockd *d)
 {
     struct batcher *bt = d->batcher;
+    struct batch *b;
 
     if (bt == NULL)
         return;
     for (int i = 0; i < 4; i++) {
-        if (bt->open[i]) {
-            drop_all(bt->open[i]);
-            batch_free(bt->open[i]);
+        while ((b = TAILQ_FIRST(&bt->opened[i])) != NULL) {
+            unopen(bt, b);
+            drop_all(b);
+            batch_free(b);
         }
     }
-    while (bt->kept) {
-        struct batch *b = bt->kept;
+    while ((b = bt->kept) != NULL) {
         bt->kept = b->next;
         drop_all(b);
         batch_free(b);
     }
     event_free(bt->gate);
     event_free(bt->flush);
+    free(bt->open);
     free(bt);
     d->batcher = NULL;
 }

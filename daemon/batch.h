@@ -1,4 +1,4 @@
-/* batch.h - the operations asked for in one turn of the event loop, sent to Redis as one script call. */
+/* batch.h - the operations asked for in one turn of the event loop, sent to Redis as one script call per hash slot. */
 #ifndef DLOCKD_BATCH_H
 #define DLOCKD_BATCH_H
 
@@ -24,6 +24,10 @@ struct dlockd;
 
 int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
              const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg);
+/* The hash slot (redis_slot) of name's keys: an operation goes to its first name's batch. 0 but with Redis Cluster. */
+int batch_slot(const struct dlockd *d, const char *name);
+/* 1 when the names are in different hash slots: one script cannot take them together. */
+int batch_spans(const struct dlockd *d, int nnames, const char *const *names);
 /*
  * Closes the gate for ms from now (or longer, when it already is): batches
  * without BATCH_UNGATED are kept, in order, and sent when it opens. After a

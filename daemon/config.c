@@ -43,6 +43,7 @@ static const struct conf_key keys[] = {
     { "redis-password", CONF_STR, FIELD(redis_password), NULL, 0, 0, RESTART | SECRET },
     { "redis-user", CONF_STR, FIELD(redis_user), NULL, 0, 0, RESTART },
     { "sentinel", CONF_ADDR_LIST, FIELD(sentinels), NULL, 0, 0, RESTART },
+    { "cluster", CONF_ADDR_LIST, FIELD(cluster), NULL, 0, 0, RESTART },
     { "sentinel-master", CONF_STR, FIELD(sentinel_master), NULL, 0, 0, RESTART },
     { "sentinel-password", CONF_STR, FIELD(sentinel_password), NULL, 0, 0, RESTART | SECRET },
     { "key-prefix", CONF_STR, FIELD(key_prefix), "dlock:", 0, 0, RESTART },
@@ -146,6 +147,8 @@ static const char *set_value(struct config *cfg, const struct conf_key *k, const
 
     switch (k->type) {
     case CONF_ADDR:
+        if (field == &cfg->redis)
+            cfg->redis_given = v != k->deflt;
         return config_parse_addr(v, field) ? "expected HOST:PORT or unix:PATH" : NULL;
     case CONF_OPT_ADDR:
         cfg->admin_on = *v != '\0';
@@ -308,6 +311,12 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
         return fail(err, errlen, "config", "sentinel-master", "needs at least one sentinel HOST:PORT");
     if (cfg->sentinel_master && strpbrk(cfg->sentinel_master, " \t"))
         return fail(err, errlen, "config", "sentinel-master", "must be without spaces");
+    if (cfg->cluster.n > 0 && (cfg->redis_given || cfg->sentinels.n > 0))
+        return fail(err, errlen, "config", "cluster", cfg->redis_given ? "excludes redis: the seeds name the nodes"
+                                                                       : "excludes sentinel: a cluster fails over by itself");
+    for (int i = 0; i < cfg->cluster.n; i++)
+        if (cfg->cluster.addr[i].is_unix)
+            return fail(err, errlen, "config", "cluster", "expected HOST:PORT: nodes name each other by TCP address");
     if (cfg->session_ttl_min > cfg->session_ttl_max)
         return fail(err, errlen, "config", "session-ttl-min", "greater than session-ttl-max");
     if (cfg->session_ttl < cfg->session_ttl_min || cfg->session_ttl > cfg->session_ttl_max)

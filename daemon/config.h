@@ -8,7 +8,7 @@
 
 #include "log.h"
 
-#define CONFIG_MAX_ADDRS 16 /* addresses of a repeatable key: listen, sentinel */
+#define CONFIG_MAX_ADDRS 16 /* addresses of a repeatable key: listen, sentinel, cluster */
 #define CONFIG_VALUE_MAX (CONFIG_MAX_ADDRS * 300) /* bytes of a value as config_each shows it */
 
 struct sockaddr;
@@ -31,6 +31,8 @@ struct config {
     struct addr_list listen;  /* client listeners */
     struct addr redis;        /* the Redis server, unless sentinels name it */
     struct addr_list sentinels; /* Redis Sentinels that name the master; none: use redis */
+    struct addr_list cluster;  /* Redis Cluster seeds (any nodes); none: use redis or the sentinels */
+    int redis_given;           /* the redis key was set, not defaulted */
     char *sentinel_master;    /* the master's name at the sentinels, or NULL */
     char *sentinel_password;  /* AUTH to the sentinels, or NULL */
     char *redis_password;     /* AUTH to Redis, or NULL */

@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "deadlock.h"
 #include "dlockd.h"
@@ -50,6 +51,15 @@ static int script_or_backend(struct op *op, enum op_id id, const struct contract
     return -1;
 }
 
+/* With Redis Cluster one script takes the names of one slot only. Returns 0, or -1 after replying. */
+static int in_one_slot(struct req *r)
+{
+    if (!batch_spans(r->d, r->pr.nnames, (const char *const *)r->pr.names))
+        return 0;
+    req_err(r, PROTO_ELIMIT, "names in different cluster slots; give them a common hash tag");
+    return -1;
+}
+
 /* Checks the limits that apply before asking Redis. The names of a
  * session's waits count as holds already, so no grant can pass max-holds.
  * Returns 0, or -1 after replying. */
@@ -58,6 +68,8 @@ static int within_limits(struct req *r, struct session *s)
     struct dlockd *d = r->d;
     int n = r->pr.nnames;
 
+    if (in_one_slot(r))
+        return -1;
     if (s->nholds + s->nreserved + n > d->cfg.max_holds) {
         req_err(r, PROTO_ELIMIT, "session has %d holds and waits for %d more, max-holds is %lld", s->nholds,
                 s->nreserved, (long long)d->cfg.max_holds);
@@ -157,10 +169,13 @@ static void known_holds(const struct op *op, char *known)
 
 void lock_unlock(struct req *r)
 {
-    struct op *op = op_new(r, r->sid);
+    struct op *op;
     struct contract_args args;
     char known[PROTO_MAX_NAMES + 1];
 
+    if (in_one_slot(r))
+        return;
+    op = op_new(r, r->sid);
     known_holds(op, known);
     contract_unlock_args(&args, op->who, (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0', (r->pr.flags & PROTO_F_ALL) != 0,
                          "", 1, 0, known);
@@ -169,10 +184,13 @@ void lock_unlock(struct req *r)
 
 void lock_release(struct req *r)
 {
-    struct op *op = op_new(r, r->sid);
+    struct op *op;
     struct contract_args args;
     char known[PROTO_MAX_NAMES + 1];
 
+    if (in_one_slot(r))
+        return;
+    op = op_new(r, r->sid);
     known_holds(op, known);
     contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0, known);
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);

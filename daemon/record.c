@@ -235,24 +235,47 @@ static void drop_pending(void)
     pend.n = 0;
 }
 
-/* KEYS: one record per change; ARGV: "index", then "1" and the change, for each. */
+/* The changes of the records in the slot of change first (and in no
+ * later-numbered change yet; slots[i] is -1 once sent): KEYS one record per
+ * change; ARGV "index", then "1" and the change, for each. */
+static void flush_slot(struct dlockd *d, int first, int *slots, const char **keys, const char **argv)
+{
+    int nkeys = 0, slot = slots[first];
+
+    for (int i = first; i < pend.n / 2; i++)
+        if (slots[i] == slot)
+            keys[nkeys++] = pend.v[2 * i];
+    memcpy(argv, keys, (size_t)nkeys * sizeof(*argv));
+    argv[nkeys] = "index";
+    for (int i = first, j = 0; i < pend.n / 2; i++) {
+        if (slots[i] != slot)
+            continue;
+        argv[nkeys + 1 + 2 * j] = "1";
+        argv[nkeys + 2 + 2 * j++] = pend.v[2 * i + 1];
+        slots[i] = -1;
+    }
+    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, 3 * nkeys + 1, argv, on_done, NULL, NULL))
+        log_debug("record: %d index changes not sent: no link", nkeys);
+}
+
 void record_flush(struct dlockd *d)
 {
-    int nkeys = pend.n / 2, argc = 1 + pend.n;
-    const char **argv;
+    const char **keys, **argv;
+    int *slots;
 
     if (pend.n == 0)
         return;
-    if ((argv = malloc((size_t)(nkeys + argc) * sizeof(*argv))) == NULL)
+    if ((keys = malloc((size_t)pend.n * sizeof(*keys))) == NULL ||
+        (argv = malloc((size_t)(pend.n * 2 + 1) * sizeof(*argv))) == NULL ||
+        (slots = malloc((size_t)pend.n * sizeof(*slots))) == NULL)
         fatalx("record: out of memory");
-    for (int i = 0; i < nkeys; i++) {
-        argv[i] = pend.v[2 * i];
-        argv[nkeys + 1 + 2 * i] = "1";
-        argv[nkeys + 2 + 2 * i] = pend.v[2 * i + 1];
-    }
-    argv[nkeys] = "index";
-    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, nkeys + argc, argv, on_done, NULL, NULL))
-        log_debug("record: %d index changes not sent: no link", nkeys);
+    for (int i = 0; i < pend.n / 2; i++)
+        slots[i] = redis_slot(d->redis, pend.v[2 * i]);
+    for (int i = 0; i < pend.n / 2; i++)
+        if (slots[i] >= 0)
+            flush_slot(d, i, slots, keys, argv);
+    free(slots);
+    free(keys);
     free(argv);
     drop_pending();
 }
@@ -269,13 +292,29 @@ void record_delete(struct session *s)
         log_debug("record: s%s left to expire: no link", s->id);
 }
 
+/* A record to renew. */
+struct touched {
+    char key[CONTRACT_KEY_MAX];
+    char ms[24];
+    char sid[DLOCKD_ID_LEN + 1];
+};
+
 /* A renewal call being filled: keys, then "touch", then their expiries. */
 struct touch {
-    int n;
-    char keys[TOUCH_BATCH][CONTRACT_KEY_MAX];
-    char ms[TOUCH_BATCH][24];
-    char sids[TOUCH_BATCH][DLOCKD_ID_LEN + 1];
+    int n, cap;           /* TOUCH_BATCH; 1 with Redis Cluster, where each record is in a slot of its own */
+    struct touched e[];   /* cap of them */
 };
+
+static struct touch *touch_new(struct dlockd *d)
+{
+    int cap = redis_slots(d->redis) > 1 ? 1 : TOUCH_BATCH;
+    struct touch *t = calloc(1, sizeof(*t) + (size_t)cap * sizeof(t->e[0]));
+
+    if (t == NULL)
+        fatalx("record: out of memory");
+    t->cap = cap;
+    return t;
+}
 
 /* The records Redis no longer has (it lost them, or never got them) are written again whole. */
 static void on_touched(struct dlockd *d, redisReply *rep, void *arg)
@@ -284,13 +323,14 @@ static void on_touched(struct dlockd *d, redisReply *rep, void *arg)
 
     for (size_t i = 0; rep && rep->type == REDIS_REPLY_ARRAY && i < rep->elements; i++) {
         long long at = redis_elem_int(rep, i) - 1;
-        struct session *s = at >= 0 && at < t->n ? session_find(d, t->sids[at]) : NULL;
+        struct session *s = at >= 0 && at < t->n ? session_find(d, t->e[at].sid) : NULL;
         if (s)
             record_put(s, NULL, NULL);
     }
     free(t);
 }
 
+/* Sends *tp when it has records; a new one is filled next. */
 static void touch_send(struct dlockd *d, struct touch **tp)
 {
     struct touch *t = *tp;
@@ -299,8 +339,8 @@ static void touch_send(struct dlockd *d, struct touch **tp)
     if (t->n == 0)
         return;
     for (int i = 0; i < t->n; i++) {
-        argv[i] = t->keys[i];
-        argv[t->n + 1 + i] = t->ms[i];
+        argv[i] = t->e[i].key;
+        argv[t->n + 1 + i] = t->e[i].ms;
     }
     argv[t->n] = "touch";
     if (redis_script(d->redis, SCRIPT_SESSION, t->n, 2 * t->n + 1, argv, on_touched, NULL, t)) {
@@ -308,8 +348,7 @@ static void touch_send(struct dlockd *d, struct touch **tp)
         t->n = 0;
         return;
     }
-    if ((*tp = calloc(1, sizeof(**tp))) == NULL)
-        fatalx("record: out of memory");
+    *tp = touch_new(d);
 }
 
 static int touch_one(const char *key, void *val, void *arg)
@@ -324,20 +363,18 @@ static int touch_one(const char *key, void *val, void *arg)
         record_put(s, NULL, NULL);
         return 0;
     }
-    session_key(t->keys[t->n], sizeof(t->keys[t->n]), s);
-    snprintf(t->ms[t->n], sizeof(t->ms[t->n]), "%lld", expiry_ms(s));
-    memcpy(t->sids[t->n], s->id, sizeof(t->sids[t->n]));
-    if (++t->n == TOUCH_BATCH)
+    session_key(t->e[t->n].key, sizeof(t->e[t->n].key), s);
+    snprintf(t->e[t->n].ms, sizeof(t->e[t->n].ms), "%lld", expiry_ms(s));
+    memcpy(t->e[t->n].sid, s->id, sizeof(t->e[t->n].sid));
+    if (++t->n == t->cap)
         touch_send(s->d, tp);
     return 0;
 }
 
 void record_renew(struct dlockd *d)
 {
-    struct touch *t = calloc(1, sizeof(*t));
+    struct touch *t = touch_new(d);
 
-    if (t == NULL)
-        fatalx("record: out of memory");
     dict_each(d->sessions, touch_one, &t);
     touch_send(d, &t);
     free(t);

@@ -17,6 +17,7 @@
 #include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 
+#include "cluster.h"
 #include "dlockd.h"
 #include "log.h"
 #include "notify.h"
@@ -52,10 +53,17 @@ struct redis {
     struct event *reconnect;
     struct deadline handshake; /* the handshake must be over by then */
     struct sentinel *sentinel; /* names the master; NULL: the redis key does */
+    struct cluster *cluster;   /* routes scripts to the masters of a Redis Cluster; NULL: one Redis */
+    int nmasters;              /* with cluster: the masters the handshake loaded, in table order */
+    struct cluster_node masters[REDIS_NODES_MAX];
+    int master_slot[REDIS_NODES_MAX]; /* a slot each master serves, to reach it */
+    int pending;               /* with cluster: handshake calls not answered yet */
+    unsigned epoch;            /* counts handshakes: a reply of an older one is stale */
+    unsigned sub_next;         /* with cluster: the node the next pub/sub connection tries */
     char addr[300];            /* of the Redis in use or last tried; "" before the sentinels named one */
     char error[256];           /* the last failure: why the link is down or in jeopardy */
-    char run_id[41];           /* of the Redis the link was last up to; "" before */
-    char run_id_now[41];       /* of the one this handshake reached */
+    char run_id[REDIS_NODES_MAX * 41];     /* of the Redis (every master) the link was last up to; "" before */
+    char run_id_now[REDIS_NODES_MAX * 41]; /* of those this handshake reached, space-separated */
     char latch_channel[256];   /* where a latch that reaches 0 is announced */
     int closed;                /* shutting down: no reconnects */
     uint64_t answering_sent;   /* sent time of the call whose callback runs */
@@ -75,12 +83,14 @@ struct redis_call {
     uint64_t sent;            /* monotonic us */
     struct deadline timeout;
     int argc;                 /* of the command */
+    int slot;                 /* with cluster: of the first key (0 without keys) */
     sds cmd;                  /* EVALSHA sha nkeys argv..., as sent */
     TAILQ_ENTRY(redis_call) in_held;
 };
 
 static void link_fail(struct redis *rd, int refused, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void on_policy(redisAsyncContext *ac, void *reply, void *privdata);
+static void masters_policy(struct redis *rd);
 
 int redis_up(const struct redis *rd)
 {
@@ -180,7 +190,9 @@ static void trouble(struct redis *rd, int silent, const char *fmt, ...)
 void redis_renewing(struct redis *rd)
 {
     rd->clean = 1;
-    if (rd->state == LINK_UP)
+    if (rd->state == LINK_UP && rd->cluster)
+        masters_policy(rd);
+    else if (rd->state == LINK_UP)
         redisAsyncCommand(rd->ac, on_policy, rd, "INFO memory");
 }
 
@@ -263,6 +275,44 @@ static void call_timeout(struct deadline *dl)
 }
 
 static int call_send(struct redis_call *call);
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* With cluster: a reply through the router. Without one, on_routed_late follows. */
+static void on_routed(struct dlockd *d, redisReply *r, void *arg)
+{
+    (void)d;
+    if (r)
+        on_reply(NULL, r, arg);
+}
+
+/* With cluster: the reply after the router gave up waiting, or NULL when none will come. */
+static void on_routed_late(struct dlockd *d, redisReply *r, void *arg)
+{
+    struct redis_call *call = arg;
+
+    (void)d;
+    if (r == NULL && !call->rd->closed && !call->answered)
+        trouble(call->rd, 1, "%s: the cluster node was lost", call_name(call));
+    on_reply(NULL, r, arg);
+}
+
+static void on_reloaded_routed(struct dlockd *d, redisReply *r, void *arg)
+{
+    const struct script *lib = arg;
+
+    if (r && r->type == REDIS_REPLY_ERROR)
+        trouble(d->redis, 0, "FUNCTION LOAD %s: %s", lib->name, r->str);
+}
+
+/* Formats argv as a command for the router; fatal when out of memory. */
+static sds routed_cmd(int argc, const char **argv)
+{
+    sds cmd;
+
+    if (redisFormatSdsCommandArgv(&cmd, argc, argv, NULL) < 0)
+        fatalx("redis: out of memory");
+    return cmd;
+}
 
 static void on_reloaded(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -278,7 +328,13 @@ static void on_reloaded(redisAsyncContext *ac, void *reply, void *privdata)
 static int resend_with_library(struct redis_call *call)
 {
     const struct script *lib = &scripts[call->id];
+    const char *argv[] = { "FUNCTION", "LOAD", "REPLACE", lib->body };
 
+    if (call->rd->cluster) {
+        if (cluster_send(call->rd->cluster, call->slot, routed_cmd(4, argv), on_reloaded_routed, NULL, (void *)lib))
+            return -1;
+        return call_send(call);
+    }
     if (call->rd->ac == NULL ||
         redisAsyncCommand(call->rd->ac, on_reloaded, (void *)lib, "FUNCTION LOAD REPLACE %s", lib->body) != REDIS_OK)
         return -1;
@@ -355,6 +411,13 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 static int call_send(struct redis_call *call)
 {
+    sds cmd;
+
+    if (call->rd->cluster) {
+        if ((cmd = sdsdup(call->cmd)) == NULL)
+            fatalx("redis: out of memory");
+        return cluster_send(call->rd->cluster, call->slot, cmd, on_routed, on_routed_late, call);
+    }
     if (call->rd->ac == NULL)
         return -1;
     return redisAsyncFormattedCommand(call->rd->ac, on_reply, call, call->cmd, sdslen(call->cmd)) == REDIS_OK ? 0 : -1;
@@ -434,6 +497,7 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     if ((all = malloc((size_t)n * sizeof(*all))) == NULL)
         fatalx("redis: out of memory");
     call = call_new(rd, id, cb, late, arg);
+    call->slot = nkeys > 0 ? cluster_slot(argv[0], strlen(argv[0])) : 0;
     snprintf(nk, sizeof(nk), "%d", nkeys);
     /* Before the first SCRIPT LOAD answered (a call held by the first handshake), the body itself. */
     if (scripts[id].function) {
@@ -469,6 +533,30 @@ int redis_command(struct redis *rd, int argc, const char **argv, redis_cb *cb, v
 
 /* --- the handshake: AUTH, the eviction policy and the scripts on one connection, AUTH and SUBSCRIBE on the other */
 
+/* 1 when the space-separated words of list hold word. */
+static int has_word(const char *list, const char *word, size_t len)
+{
+    for (const char *p = list; *p; p += *p == ' ') {
+        size_t n = strcspn(p, " ");
+        if (n == len && memcmp(p, word, len) == 0)
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
+/* 1 when a run_id of now is not in old: another server, or one restarted. */
+static int new_server(const char *old, const char *now)
+{
+    for (const char *p = now; *p; p += *p == ' ') {
+        size_t n = strcspn(p, " ");
+        if (!has_word(old, p, n))
+            return 1;
+        p += n;
+    }
+    return 0;
+}
+
 static void link_up(struct redis *rd)
 {
     if (rd->state != LINK_HANDSHAKE || !rd->ac_ready || !rd->sub_ready)
@@ -488,7 +576,7 @@ static void link_up(struct redis *rd)
         notify("STATUS=serving, Redis connected again");
     }
     /* Another server, or one restarted: it may lack holds that were granted. */
-    if (rd->run_id[0] && strcmp(rd->run_id, rd->run_id_now) != 0) {
+    if (rd->run_id[0] && new_server(rd->run_id, rd->run_id_now)) {
         memcpy(rd->run_id, rd->run_id_now, sizeof(rd->run_id));
         rd->owner->failover(rd->d);
         return;
@@ -526,42 +614,55 @@ static void policy_of(const redisReply *r, char *out, size_t len)
     }
 }
 
+/* INFO memory: a policy other than noeviction refuses the link. Returns 0, or -1 after link_fail. */
+static int policy_check(struct redis *rd, const redisReply *r)
+{
+    char policy[64];
+
+    if (r->type == REDIS_REPLY_ERROR) {
+        link_fail(rd, 1, "Redis maxmemory-policy cannot be read (INFO: %s); dlockd needs " POLICY_NEEDED, r->str);
+        return -1;
+    }
+    policy_of(r, policy, sizeof(policy));
+    if (strcmp(policy, POLICY_NEEDED) != 0) {
+        link_fail(rd, 1, "Redis maxmemory-policy is %s; dlockd needs " POLICY_NEEDED, policy[0] ? policy : "unknown");
+        return -1;
+    }
+    return 0;
+}
+
 static void on_policy(redisAsyncContext *ac, void *reply, void *privdata)
 {
     redisReply *r = current(ac, reply);
-    char policy[64];
 
     (void)privdata;
-    if (r == NULL)
-        return;
-    if (r->type == REDIS_REPLY_ERROR) {
-        link_fail(ac->data, 1, "Redis maxmemory-policy cannot be read (INFO: %s); dlockd needs " POLICY_NEEDED,
-                  r->str);
-        return;
-    }
-    policy_of(r, policy, sizeof(policy));
-    if (strcmp(policy, POLICY_NEEDED) != 0)
-        link_fail(ac->data, 1, "Redis maxmemory-policy is %s; dlockd needs " POLICY_NEEDED,
-                  policy[0] ? policy : "unknown");
+    if (r)
+        policy_check(ac->data, r);
 }
 
-/* INFO server: the run_id, which tells a failover or a restart from a reconnect. */
-static void on_server(redisAsyncContext *ac, void *reply, void *privdata)
+/* INFO server: the run_id, which tells a failover or a restart from a
+ * reconnect, added to run_id_now. Returns 0, or -1 after link_fail. */
+static int run_id_read(struct redis *rd, const redisReply *r)
 {
-    struct redis *rd = ac->data;
-    redisReply *r = current(ac, reply);
-    const char *p;
+    const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
+    size_t at = strlen(rd->run_id_now);
 
-    (void)privdata;
-    if (r == NULL)
-        return;
-    p = r->type == REDIS_REPLY_STRING ? strstr(r->str, "run_id:") : NULL;
     if (p == NULL) {
         link_fail(rd, 0, "INFO server: %s", r->type == REDIS_REPLY_ERROR ? r->str : "no run_id");
-        return;
+        return -1;
     }
     p += strlen("run_id:");
-    snprintf(rd->run_id_now, sizeof(rd->run_id_now), "%.*s", (int)strcspn(p, "\r\n"), p);
+    snprintf(rd->run_id_now + at, sizeof(rd->run_id_now) - at, "%s%.*s", at ? " " : "", (int)strcspn(p, "\r\n"), p);
+    return 0;
+}
+
+static void on_server(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    redisReply *r = current(ac, reply);
+
+    (void)privdata;
+    if (r)
+        run_id_read(ac->data, r);
 }
 
 /* With Sentinel: the Redis named must say it is the master, or the link fails and the sentinels are asked again. */
@@ -588,21 +689,27 @@ static void check_role(struct redis *rd)
         redisAsyncCommand(rd->ac, on_role, NULL, "ROLE");
 }
 
+/* The answer to loading s. Returns 0, or -1 after link_fail. */
+static int loaded_check(struct redis *rd, struct script *s, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_STRING || (s->function == NULL && r->len != 40)) {
+        link_fail(rd, 0, "%s %s: %s", s->function ? "FUNCTION LOAD" : "SCRIPT LOAD", s->name,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        return -1;
+    }
+    if (s->function == NULL)
+        memcpy(s->sha, r->str, 41);
+    return 0;
+}
+
 static void on_loaded(redisAsyncContext *ac, void *reply, void *privdata)
 {
     struct redis *rd = ac->data;
     struct script *s = privdata;
     redisReply *r = current(ac, reply);
 
-    if (r == NULL)
+    if (r == NULL || loaded_check(rd, s, r))
         return;
-    if (r->type != REDIS_REPLY_STRING || (s->function == NULL && r->len != 40)) {
-        link_fail(rd, 0, "%s %s: %s", s->function ? "FUNCTION LOAD" : "SCRIPT LOAD", s->name,
-                  r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-        return;
-    }
-    if (s->function == NULL)
-        memcpy(s->sha, r->str, 41);
     if (s == &scripts[SCRIPT_COUNT - 1]) {
         rd->ac_ready = 1;
         link_up(rd);
@@ -689,10 +796,19 @@ static redisAsyncContext *open_one(struct redis *rd, const struct addr *a, char 
     return ac;
 }
 
+/* This daemon's channel and the latch channel, on the pub/sub connection. */
+static void subscribe(struct redis *rd)
+{
+    char channel[256];
+
+    snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
+    redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
+}
+
 /* The handshake with the Redis at a. */
 static void connect_to(struct redis *rd, const struct addr *a)
 {
-    char channel[256], err[256];
+    char err[256];
 
     config_addr_str(a, rd->addr, sizeof(rd->addr));
     deadline_arm(rd->d->deadlines, &rd->handshake, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
@@ -706,8 +822,184 @@ static void connect_to(struct redis *rd, const struct addr *a)
     for (int i = 0; i < SCRIPT_COUNT; i++)
         redisAsyncCommand(rd->ac, on_loaded, &scripts[i],
                           scripts[i].function ? "FUNCTION LOAD REPLACE %s" : "SCRIPT LOAD %s", scripts[i].body);
-    snprintf(channel, sizeof(channel), "%s%s", rd->d->cfg.key_prefix, rd->d->id);
-    redisAsyncCommand(rd->sub, on_message, rd, "SUBSCRIBE %s %s", channel, rd->latch_channel);
+    subscribe(rd);
+}
+
+/* --- Redis Cluster: the handshake on every master, through the router */
+
+#define HS_POLICY (-1) /* what a handshake call asks: INFO memory */
+#define HS_SERVER (-2) /* INFO server; else the index of the script it loads */
+
+/* A handshake call through the router: what it asks, and for which handshake. */
+struct hs_call {
+    struct redis *rd;
+    unsigned epoch;
+    int what;
+};
+
+static void on_hs_reply(struct dlockd *d, redisReply *r, void *arg)
+{
+    struct hs_call *h = arg;
+    struct redis *rd = d->redis;
+    int what = h->what, stale = h->epoch != rd->epoch || rd->state != LINK_HANDSHAKE;
+
+    free(h);
+    if (stale)
+        return;
+    if (r == NULL) {
+        link_fail(rd, 0, "a cluster master did not answer within %lldms", (long long)d->cfg.backend_timeout);
+        return;
+    }
+    if (what == HS_POLICY ? policy_check(rd, r) : what == HS_SERVER ? run_id_read(rd, r)
+                                                                    : loaded_check(rd, &scripts[what], r))
+        return;
+    if (--rd->pending == 0) {
+        rd->ac_ready = 1;
+        link_up(rd);
+    }
+}
+
+static void hs_send(struct redis *rd, int slot, int what, int argc, const char **argv)
+{
+    struct hs_call *h = malloc(sizeof(*h));
+
+    if (h == NULL)
+        fatalx("redis: out of memory");
+    *h = (struct hs_call){ rd, rd->epoch, what };
+    rd->pending++;
+    if (cluster_send(rd->cluster, slot, routed_cmd(argc, argv), on_hs_reply, NULL, h)) {
+        free(h);
+        link_fail(rd, 0, "no cluster master serves slot %d", slot);
+    }
+}
+
+/* The policy, the run_id and the scripts on the master that serves slot. */
+static void master_load(struct redis *rd, int slot)
+{
+    const char *memory[] = { "INFO", "memory" }, *server[] = { "INFO", "server" };
+
+    hs_send(rd, slot, HS_POLICY, 2, memory);
+    hs_send(rd, slot, HS_SERVER, 2, server);
+    for (int i = 0; i < SCRIPT_COUNT && rd->state == LINK_HANDSHAKE; i++) {
+        const char *fn[] = { "FUNCTION", "LOAD", "REPLACE", scripts[i].body };
+        const char *sc[] = { "SCRIPT", "LOAD", scripts[i].body };
+        if (scripts[i].function)
+            hs_send(rd, slot, i, 4, fn);
+        else
+            hs_send(rd, slot, i, 3, sc);
+    }
+}
+
+/* Opens the pub/sub connection on the next node of t, masters and replicas in turn. */
+static void sub_open(struct redis *rd, const struct cluster_table *t)
+{
+    const struct cluster_node *node = NULL;
+    struct addr a = { 0 };
+    char err[256];
+    int n = 0, pick;
+
+    for (int i = 0; i < t->nshards; i++)
+        n += 1 + t->shards[i].nreplicas;
+    pick = (int)(rd->sub_next++ % (unsigned)n);
+    for (int i = 0; node == NULL; pick -= 1 + t->shards[i++].nreplicas)
+        if (pick <= t->shards[i].nreplicas)
+            node = pick == 0 ? &t->shards[i].master : &t->shards[i].replicas[pick - 1];
+    snprintf(a.host, sizeof(a.host), "%s", node->host);
+    a.port = node->port;
+    if ((rd->sub = open_one(rd, &a, err, sizeof(err))) == NULL) {
+        link_fail(rd, 0, "pub/sub on %s:%d: %s", node->host, node->port, err);
+        return;
+    }
+    subscribe(rd);
+}
+
+/* The table is known: every master gets the handshake, one node the pub/sub connection. */
+static void masters_load(struct redis *rd)
+{
+    const struct cluster_table *t = cluster_table(rd->cluster);
+
+    if (t->nshards > REDIS_NODES_MAX) {
+        link_fail(rd, 0, "the cluster has %d masters; dlockd works with %d at most", t->nshards, REDIS_NODES_MAX);
+        return;
+    }
+    rd->nmasters = t->nshards;
+    for (int i = 0; i < t->nshards; i++)
+        rd->masters[i] = t->shards[i].master;
+    for (int slot = CLUSTER_SLOTS - 1; slot >= 0; slot--)
+        if (t->shard_of[slot] >= 0)
+            rd->master_slot[t->shard_of[slot]] = slot;
+    deadline_arm(rd->d->deadlines, &rd->handshake, now_ms() + (uint64_t)rd->d->cfg.backend_timeout);
+    for (int i = 0; i < rd->nmasters && rd->state == LINK_HANDSHAKE; i++)
+        master_load(rd, rd->master_slot[i]);
+    if (rd->state == LINK_HANDSHAKE)
+        sub_open(rd, t);
+}
+
+static void on_policy_routed(struct dlockd *d, redisReply *r, void *arg)
+{
+    (void)arg;
+    if (r && d->redis->state == LINK_UP)
+        policy_check(d->redis, r);
+}
+
+/* The eviction policy of every master again, as a renewal cycle starts. */
+static void masters_policy(struct redis *rd)
+{
+    const char *memory[] = { "INFO", "memory" };
+
+    for (int i = 0; i < rd->nmasters; i++)
+        cluster_send(rd->cluster, rd->master_slot[i], routed_cmd(2, memory), on_policy_routed, NULL, NULL);
+}
+
+/* A master of the table the handshake did not load, or NULL. */
+static const struct cluster_node *new_master(const struct redis *rd)
+{
+    const struct cluster_table *t = cluster_table(rd->cluster);
+    int known;
+
+    for (int i = 0; t && i < t->nshards; i++) {
+        known = 0;
+        for (int j = 0; j < rd->nmasters && !known; j++)
+            known = rd->masters[j].port == t->shards[i].master.port &&
+                    strcmp(rd->masters[j].host, t->shards[i].master.host) == 0;
+        if (!known)
+            return &t->shards[i].master;
+    }
+    return NULL;
+}
+
+/* A refresh ended: the handshake goes on with the table, and a new master
+ * (a failover, a master added) makes the link again, to load it there. */
+static void on_refreshed(struct dlockd *d, int ok)
+{
+    struct redis *rd = d->redis;
+    const struct cluster_node *n;
+
+    if (rd->closed || rd->state == LINK_DOWN)
+        return;
+    if (rd->state == LINK_HANDSHAKE && rd->sub == NULL) {
+        if (ok)
+            masters_load(rd);
+        else
+            link_fail(rd, 0, "no cluster node gave the slot table (%s)", cluster_error(rd->cluster));
+        return;
+    }
+    if (ok && (n = new_master(rd)) != NULL)
+        link_fail(rd, 0, "%s:%d is a new cluster master", n->host, n->port);
+}
+
+static const struct cluster_owner cluster_owner = {
+    .refreshed = on_refreshed,
+};
+
+int redis_slots(const struct redis *rd)
+{
+    return rd->cluster ? CLUSTER_SLOTS : 1;
+}
+
+int redis_slot(const struct redis *rd, const char *key)
+{
+    return rd->cluster ? cluster_slot(key, strlen(key)) : 0;
 }
 
 /* The sentinels' answer: the master to connect to, or why there is none. */
@@ -727,7 +1019,12 @@ static void connect_link(struct redis *rd)
 {
     rd->state = LINK_HANDSHAKE;
     rd->ac_ready = rd->sub_ready = 0;
-    if (rd->sentinel)
+    rd->run_id_now[0] = '\0';
+    rd->epoch++;
+    rd->pending = 0;
+    if (rd->cluster)
+        cluster_refresh(rd->cluster); /* on_refreshed goes on */
+    else if (rd->sentinel)
         sentinel_ask(rd->sentinel, on_located, rd);
     else
         connect_to(rd, &rd->d->cfg.redis);
@@ -819,7 +1116,11 @@ struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner)
     deadline_init(&rd->handshake, on_handshake_late);
     if (d->cfg.sentinels.n > 0)
         rd->sentinel = sentinel_new(d, on_switch, rd);
-    else
+    else if (d->cfg.cluster.n > 0)
+        rd->cluster = cluster_new(d, &cluster_owner, d->cfg.cluster.addr, d->cfg.cluster.n);
+    if (d->cfg.cluster.n > 0)
+        config_addr_str(&d->cfg.cluster.addr[0], rd->addr, sizeof(rd->addr));
+    else if (d->cfg.sentinels.n == 0)
         config_addr_str(&d->cfg.redis, rd->addr, sizeof(rd->addr));
     snprintf(rd->error, sizeof(rd->error), "not connected yet");
     snprintf(rd->latch_channel, sizeof(rd->latch_channel), "%slatch", d->cfg.key_prefix);
@@ -842,6 +1143,9 @@ void redis_close(struct redis *rd)
     evtimer_del(rd->reconnect);
     if (rd->sentinel)
         sentinel_close(rd->sentinel);
+    if (rd->cluster)
+        cluster_free(rd->cluster);
+    rd->cluster = NULL;
     deadline_cancel(rd->d->deadlines, &rd->handshake);
     rd->ac = rd->sub = NULL;
     release_held(rd);

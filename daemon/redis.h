@@ -8,6 +8,8 @@
 
 struct dlockd;
 
+#define REDIS_NODES_MAX 32 /* masters of a Redis Cluster dlockd works with */
+
 /*
  * A script's result. r is NULL when Redis did not answer within
  * backend-timeout, answered with an error, or the link dropped: the call may
@@ -52,6 +54,11 @@ uint64_t redis_reconnects(const struct redis *rd);
 const char *redis_error(const struct redis *rd);
 /* Why redis_script cannot run now, as the text of an ERR BACKEND. */
 const char *redis_unavailable(const struct redis *rd);
+
+/* The hash slots keys fall in: CLUSTER_SLOTS with Redis Cluster, 1 for one Redis. */
+int redis_slots(const struct redis *rd);
+/* The slot of key (0..redis_slots-1): Redis Cluster refuses a call whose keys are in two. */
+int redis_slot(const struct redis *rd, const char *key);
 
 /* 1 when redis_script may be called now. */
 int redis_accepts(const struct redis *rd);

@@ -24,6 +24,7 @@
 
 #define RENEW_BATCH 200 /* leases per script call */
 #define RENEW_WINDOW 4  /* calls in flight at once: what a cycle holds in memory is bounded */
+#define RENEW_WINDOW_SLOTS 256 /* the same with Redis Cluster, where a call has the names of one slot */
 #define REASSERT_WINDOW (RENEW_BATCH * RENEW_WINDOW) /* holds written back at once */
 
 /* One lease to extend: offsets in its batch's text of the script's
@@ -35,8 +36,9 @@ struct item {
 };
 
 struct batch {
-    int n;
-    struct item items[RENEW_BATCH];
+    int n, room;
+    int slot;           /* of every item's keys (redis_slot) */
+    struct item *items; /* room for that many, RENEW_BATCH at most */
     char *text; /* the items' strings, each NUL-terminated */
     size_t len, cap;
 };
@@ -74,6 +76,7 @@ static void fill(struct cycle *cy);
 
 static void batch_free(struct batch *b)
 {
+    free(b->items);
     free(b->text);
     free(b);
 }
@@ -159,7 +162,7 @@ static void flush(struct cycle *cy)
     char *runs;
     int argc = 0, nkeys;
 
-    if (b == NULL || b->n == 0)
+    if (b == NULL)
         return;
     cy->b = NULL;
     if ((argv = malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
@@ -232,15 +235,25 @@ static size_t put_keys(struct batch *b, const char *prefix, const char *name)
     return at;
 }
 
+/* Adds a lease to the call being filled; with Redis Cluster a call has the names of one slot. */
 static void add(struct cycle *cy, const char *name, const char *pre, const char *member, const char *lease,
                 const char *token)
 {
+    int slot = batch_slot(cy->d, name);
     struct batch *b;
     struct item *it;
 
+    if (cy->b && cy->b->slot != slot)
+        flush(cy);
     if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
         fatalx("renew: out of memory");
     b = cy->b;
+    b->slot = slot;
+    if (b->n == b->room) {
+        b->room = b->room ? 2 * b->room : 8;
+        if ((b->items = realloc(b->items, (size_t)b->room * sizeof(*b->items))) == NULL)
+            fatalx("renew: out of memory");
+    }
     it = &b->items[b->n];
     if (b->n > 0 && strcmp(b->text + it[-1].name, name) == 0)
         it->keys = it[-1].keys;
@@ -357,8 +370,9 @@ static void end(struct cycle *cy)
 static void fill(struct cycle *cy)
 {
     struct dlockd *d = cy->d;
+    int window = cy->reassert ? REASSERT_WINDOW : redis_slots(d->redis) > 1 ? RENEW_WINDOW_SLOTS : RENEW_WINDOW;
 
-    while (cy->table && cy->inflight < (cy->reassert ? REASSERT_WINDOW : RENEW_WINDOW)) {
+    while (cy->table && cy->inflight < window) {
         cy->cursor = dict_scan(cy->table, cy->cursor, cy->table == d->names ? add_name : add_wait, cy);
         if (cy->cursor == 0)
             cy->table = cy->table == d->names ? d->waits : NULL;
@@ -405,10 +419,9 @@ void renew_failover(struct dlockd *d)
         cy->stale = 1;
         cy->failed = 1;
         cy->table = NULL;
-        if (cy->b) {
+        if (cy->b)
             batch_free(cy->b);
-            cy->b = NULL;
-        }
+        cy->b = NULL;
     }
     renew_now(d);
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "hold.h"
 #include "log.h"
@@ -140,7 +141,8 @@ static void adopt_send(struct resume *rs, struct adopt *a)
     free(wids);
 }
 
-/* Sends the ADOPT calls for the index entries of rec that are the session's own. */
+/* Sends the ADOPT calls for the index entries of rec that are the session's own:
+ * with Redis Cluster, a call takes the names of one slot. */
 static void adopt_all(struct resume *rs, const struct contract_record *rec)
 {
     struct adopt *a = NULL;
@@ -152,6 +154,10 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
         if (contract_record_index(rec, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
             strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
             continue;
+        if (a && batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0])) {
+            adopt_send(rs, a);
+            a = NULL;
+        }
         if (a == NULL && (a = calloc(1, sizeof(*a))) == NULL)
             fatalx("resume: out of memory");
         a->rs = rs;

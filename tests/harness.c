@@ -1297,8 +1297,10 @@ static int h_dlockd_spawn(struct h_dlockd *d)
         argv[n++] = d->conf;
     argv[n++] = "--listen";
     argv[n++] = listen;
-    argv[n++] = "--redis";
-    argv[n++] = redis;
+    if (d->redis_port) {
+        argv[n++] = "--redis";
+        argv[n++] = redis;
+    }
     argv[n++] = "--log-level";
     argv[n++] = "debug";
     for (size_t i = 0; d->extra[i] != NULL; i++)

@@ -224,7 +224,7 @@ void h_cluster_stop(struct h_cluster *c);
  * 127.0.0.1:redis_port --log-level debug [extra...]` on a free port, output
  * to a log file. Waits (up to 5 s) until it accepts a connection and
  * answers PING; fails the test otherwise (printing the log's tail). Several
- * may share one Redis.
+ * may share one Redis. redis_port 0 leaves --redis out (for --cluster seeds).
  */
 struct h_dlockd *h_dlockd_start(int redis_port, const char *const *extra);
 /* SIGTERM, waitpid; SIGKILL after 5 s. Returns the wait status. */

@@ -1,0 +1,236 @@
+/* check_cluster_daemon.c - dlockd on a real 3-master Redis Cluster: names spread over every master and
+ * renewed, a grant handed across masters by pub/sub, names of two slots refused, and holds that survive a
+ * CLUSTER FAILOVER and a kill -9 of a master under load with no name granted twice. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define NNAMES 300 /* spread over the three masters: some 100 each */
+
+static struct h_cluster *C; /* one cluster for every test, in order: the failovers change it */
+
+static void form_cluster(void)
+{
+    C = h_cluster_start(NULL);
+}
+
+static void drop_cluster(void)
+{
+    h_cluster_stop(C);
+    C = NULL;
+}
+
+/* A dlockd whose only seed is the node at port, with extra arguments (may be NULL). */
+static struct h_dlockd *start_on(int port, const char *lease)
+{
+    char seed[32];
+
+    snprintf(seed, sizeof seed, "127.0.0.1:%d", port);
+    /* Sessions outlive a request that waits behind the failover-delay gate. */
+    return h_dlockd_start(0, H_ARGS("--cluster", seed, "--lock-lease", lease, "--backend-timeout", "1s",
+                                    "--session-ttl", "60s"));
+}
+
+/* INFO until it holds needle; fails the test after timeout_ms. */
+static const char *wait_info(struct h_conn *c, const char *needle, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    const char *info;
+
+    for (;;) {
+        info = H_REQ(c, "OK {%*}", "INFO");
+        if (h_json_has(info, needle))
+            return info;
+        if (h_now_ms() > deadline)
+            H_FAIL("INFO never had %s: %s", needle, info);
+        h_sleep_ms(50);
+    }
+}
+
+/* How many masters hold keys of dlockd now, and *total the keys. */
+static int masters_with_keys(long long *total)
+{
+    int n = 0;
+
+    *total = 0;
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        long long k;
+        if (C->node[i]->pid == 0 || !h_cluster_is_master(C->port[i]))
+            continue;
+        k = h_redis_count_keys(C->port[i], "dlock:{*");
+        n += k > 0;
+        *total += k > 0 ? k : 0;
+    }
+    return n;
+}
+
+/* From a replica seed: hundreds of names, locked in one pipelined write (one loop turn: many slots) and held,
+ * land on every master; renewed, all of them outlive the lease twice over; unlocked, they go. */
+START_TEST(test_names_over_masters)
+{
+    struct h_dlockd *d = start_on(C->port[3], "2s");
+    struct h_conn *a = H_CLIENT(d, "name=alice ttl=2s"), *b = H_CLIENT(d, "name=bob"); /* a lease of 2 s */
+    static char lines[NNAMES * 24];
+    long long keys;
+    int masters;
+    size_t len = 0;
+
+    wait_info(a, "\"backend\":\"up\"", 10000);
+    for (int i = 0; i < NNAMES; i++)
+        len += (size_t)snprintf(lines + len, sizeof lines - len, "LOCK spread%d\r\n", i);
+    h_send(a, "%s", lines);
+    for (int i = 0; i < NNAMES; i++)
+        H_REPLY(a, "OK token=%* count=1", 10000);
+    H_REQ(a, "OK tokens=%* counts=1,1,1", "LOCK {job}.a {job}.b {job}.c");
+    masters = masters_with_keys(&keys);
+    ck_assert_int_eq(masters, 3);
+    ck_assert_int_ge(keys, NNAMES);
+    for (int i = 0; i < 9; i++) { /* past two leases of 2 s: only renewals keep them; alice stays alive */
+        h_sleep_ms(500);
+        H_REQ(a, "OK", "PING");
+    }
+    for (int i = 0; i < NNAMES; i++)
+        H_REQ(b, "BUSY holder=alice %*", "LOCK spread%d wait=0", i);
+    H_REQ(b, "BUSY holder=alice %*", "LOCK {job}.b wait=0");
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK {job}.a {job}.b {job}.c");
+    ck_assert_int_eq(h_log_count(d, H_ARGS("CROSSSLOT")), 0);
+    for (int i = 0; i < NNAMES; i++)
+        H_REQ(a, "OK count=0", "UNLOCK spread%d", i);
+    H_REQ(a, "OK", "PING");
+    h_dlockd_stop(d);
+}
+END_TEST
+
+/* The slot's master, as the node at port sees it. */
+static int master_of(const char *key)
+{
+    char *slot = h_redis_cmd(C->port[0], "CLUSTER", "KEYSLOT", key, NULL);
+    static int map[H_CLUSTER_SLOTS];
+    int s;
+
+    ck_assert_ptr_nonnull(slot);
+    s = atoi(slot);
+    free(slot);
+    ck_assert_int_eq(h_cluster_slot_map(C->port[0], map), 3);
+    return map[s];
+}
+
+/* A name whose keys live on another master than name's: "<base>N" for the first N that does. */
+static void name_elsewhere(const char *name, const char *base, char *out, size_t cap)
+{
+    char key[128];
+    int home;
+
+    snprintf(key, sizeof key, "dlock:{%s}:h", name);
+    home = master_of(key);
+    for (int i = 0;; i++) {
+        snprintf(out, cap, "%s%d", base, i);
+        snprintf(key, sizeof key, "dlock:{%s}:h", out);
+        if (master_of(key) != home)
+            return;
+    }
+}
+
+/* Two daemons on different seeds: a waiter queued on one master is granted through pub/sub when a session of
+ * the other daemon unlocks; a LOCK or UNLOCK of names in two slots is refused, one with a common hash tag is
+ * not. */
+START_TEST(test_waiter_and_crossslot)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[1], "3s");
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob");
+    char other[64];
+
+    wait_info(a, "\"backend\":\"up\"", 10000);
+    wait_info(b, "\"backend\":\"up\"", 10000);
+    name_elsewhere("handed", "far", other, sizeof other);
+    H_LOCK_NEW(a, "handed");
+    H_LOCK_NEW(b, other); /* the batch of another master, in the same run */
+    h_send(b, "LOCK handed wait=10s\r\n");
+    H_SILENT(b, 300);
+    H_REQ(a, "OK count=0", "UNLOCK handed");
+    H_REPLY(b, "OK token=%* count=1", 5000);
+    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "LOCK handed %s", other);
+    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "UNLOCK handed %s",
+          other);
+    H_REQ(b, "OK count=0", "UNLOCK handed");
+    H_REQ(b, "OK tokens=%* counts=1,1", "LOCK {job}.a {job}.b");
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
+/* Holds on every master, a competitor on another daemon trying them all: after a CLUSTER FAILOVER and after a
+ * kill -9 of a master, the holder keeps every hold with its token and the competitor is never granted one. */
+START_TEST(test_failovers_keep_holds)
+{
+    /* A lease longer than a failover (node timeout 2 s, then the election) and the reconnect backoff. */
+    struct h_dlockd *d1 = start_on(C->port[3], "10s"), *d2 = start_on(C->port[4], "10s");
+    struct h_conn *a = H_CLIENT(d1, "name=holder"), *b = H_CLIENT(d2, "name=rival");
+    long long tokens[60];
+    int map[H_CLUSTER_SLOTS], victim, replica, granted = 0;
+
+    wait_info(a, "\"backend\":\"up\"", 10000);
+    wait_info(b, "\"backend\":\"up\"", 10000);
+    for (int i = 0; i < 60; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "kept%d", i);
+        tokens[i] = H_LOCK_NEW(a, name);
+    }
+    for (int round = 0; round < 2; round++) {
+        ck_assert_int_eq(h_cluster_slot_map(C->port[3], map), 3);
+        victim = map[0];
+        replica = h_cluster_replica_of(victim, victim);
+        ck_assert_int_gt(replica, 0);
+        if (round == 0)
+            h_cluster_failover(C, replica);
+        else
+            h_cluster_kill(C, victim);
+        /* The rival tries every name while the cluster changes, and after. */
+        for (int64_t end = h_now_ms() + (round == 0 ? 3000 : 9000); h_now_ms() < end;) {
+            for (int i = 0; i < 60; i++) {
+                const char *r;
+                h_send(b, "LOCK kept%d wait=0\r\n", i);
+                r = H_REPLY(b, "%*", 20000); /* grants wait behind the failover-delay gate */
+                if (strncmp(r, "OK", 2) == 0 && granted++ == 0)
+                    fprintf(stderr, "round %d: kept%d granted to the rival: %s\n", round, i, r);
+            }
+        }
+        ck_assert_int_eq(granted, 0);
+    }
+    wait_info(a, "\"backend\":\"up\"", 15000);
+    for (int i = 0; i < 60; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "OK token=%lld count=2", tokens[i]);
+        h_send(a, "LOCK kept%d\r\n", i);
+        H_REPLY(a, want, 20000);
+    }
+    for (int i = 0; i < 60; i++)
+        H_REQ(b, "BUSY holder=holder %*", "LOCK kept%d wait=0", i);
+    ck_assert_int_eq(h_log_count(d1, H_ARGS("CROSSSLOT")), 0);
+    ck_assert_int_eq(h_log_count(d2, H_ARGS("CROSSSLOT")), 0);
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
+static Suite *cluster_daemon_suite(void)
+{
+    Suite *s = suite_create("cluster_daemon");
+    TCase *live = tcase_create("live");
+
+    tcase_add_unchecked_fixture(live, form_cluster, drop_cluster);
+    tcase_set_timeout(live, 90);
+    tcase_add_test(live, test_names_over_masters);
+    tcase_add_test(live, test_waiter_and_crossslot);
+    tcase_add_test(live, test_failovers_keep_holds); /* last: it fails over and kills masters */
+    suite_add_tcase(s, live);
+    return s;
+}
+
+int main(void)
+{
+    return h_run_suite(cluster_daemon_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
