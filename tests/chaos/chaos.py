@@ -277,10 +277,11 @@ class Driver:
         return b * MS
 
     def deadline(self, start, bound, redis=True):
-        """When a reply is overdue; a request that needs Redis gets more time after an outage."""
+        """When a reply is overdue; a request that needs Redis gets more time after an outage,
+        and when sent while the gate after a restart may still hold it back."""
         d = start + bound
         for down, up in self.outages if redis else ():
-            if down <= d and (up is None or up >= start):
+            if down <= d and (up is None or up + (5000 + GATE_MS) * MS >= start):
                 if up is None:
                     return float("inf")
                 d = max(d, up + GRACE_MS * MS)
@@ -335,6 +336,7 @@ class Driver:
             if old is not None and old is not conn and old.state in ("open", "shut"):
                 old.doomed = "moved"
                 old.moved_by = t + 3 * S
+                old.moved_at = t
                 old.loose = 0 if old.loose is None else old.loose  # its waits end without a reply
                 old.sess = wire.Sess(len(self.sessions))
                 self.sessions.append(old.sess)

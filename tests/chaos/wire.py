@@ -43,6 +43,7 @@ class Conn:
         self.explained = set()        # reasons the server may close it
         self.authed = None
         self.moved_by = None          # ns: a BYE reason=moved is due by then
+        self.moved_at = None          # ns: when the reply that resumed its session elsewhere was read
         self.shut_t = None
         self.loose = None             # half-closed behind a wait: untagged replies that must still come
         self.quit_sent = False
@@ -182,7 +183,9 @@ class Conn:
         if why is None:
             self.drv.violation("close", "c%d: closed by the server without QUIT, BYE, TOOBIG or LIMIT; %s" % (
                 self.cid, self.pending_text()), self)
-        elif self.moved_by is not None and why not in ("BYE", "quit"):
+        elif self.moved_by is not None and why not in ("BYE", "quit") and not (why == "shut" and t == self.moved_at):
+            # Half-closed and closed, read in the same turn as the resume's reply, it may have been
+            # closed (all answered) before the resume: only a close read later is a violation.
             self.drv.violation("moved", "c%d: its session was resumed on another connection; closed without "
                                "* BYE reason=moved" % self.cid, self)
         elif was_shut and why == "shut":
