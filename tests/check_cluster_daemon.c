@@ -34,21 +34,6 @@ static struct h_dlockd *start_on(int port, const char *lease)
                                     "--session-ttl", "60s"));
 }
 
-/* INFO until it holds needle; fails the test after timeout_ms. */
-static const char *wait_info(struct h_conn *c, const char *needle, int timeout_ms)
-{
-    int64_t deadline = h_now_ms() + timeout_ms;
-    const char *info;
-
-    for (;;) {
-        info = H_REQ(c, "OK {%*}", "INFO");
-        if (h_json_has(info, needle))
-            return info;
-        if (h_now_ms() > deadline)
-            H_FAIL("INFO never had %s: %s", needle, info);
-        h_sleep_ms(50);
-    }
-}
 
 /* How many masters hold keys of dlockd now, and *total the keys. */
 static int masters_with_keys(long long *total)
@@ -78,7 +63,7 @@ START_TEST(test_names_over_masters)
     int masters;
     size_t len = 0;
 
-    wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
     for (int i = 0; i < NNAMES; i++)
         len += (size_t)snprintf(lines + len, sizeof lines - len, "LOCK spread%d\r\n", i);
     h_send(a, "%s", lines);
@@ -143,8 +128,8 @@ START_TEST(test_waiter_and_crossslot)
     struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob");
     char other[64];
 
-    wait_info(a, "\"backend\":\"up\"", 10000);
-    wait_info(b, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(b, "\"backend\":\"up\"", 10000);
     name_elsewhere("handed", "far", other, sizeof other);
     H_LOCK_NEW(a, "handed");
     H_LOCK_NEW(b, other); /* the batch of another master, in the same run */
@@ -172,8 +157,8 @@ START_TEST(test_failovers_keep_holds)
     long long tokens[60];
     int map[H_CLUSTER_SLOTS], victim, replica, granted = 0;
 
-    wait_info(a, "\"backend\":\"up\"", 10000);
-    wait_info(b, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(b, "\"backend\":\"up\"", 10000);
     for (int i = 0; i < 60; i++) {
         char name[32];
         snprintf(name, sizeof name, "kept%d", i);
@@ -200,7 +185,7 @@ START_TEST(test_failovers_keep_holds)
         }
         ck_assert_int_eq(granted, 0);
     }
-    wait_info(a, "\"backend\":\"up\"", 15000);
+    h_wait_info(a, "\"backend\":\"up\"", 15000);
     for (int i = 0; i < 60; i++) {
         char want[64];
         snprintf(want, sizeof want, "OK token=%lld count=2", tokens[i]);

@@ -49,22 +49,6 @@ static struct h_dlockd *start_on_topology(const struct h_sentinels *t)
     return start_on(t->name, H_ARGS(t->addr[0], t->addr[1], t->addr[2]), NULL);
 }
 
-/* Polls INFO on c until it contains the compact JSON needle; returns the last INFO, or fails the test. */
-static const char *wait_info(struct h_conn *c, const char *needle, int timeout_ms)
-{
-    int64_t deadline = h_now_ms() + timeout_ms;
-    const char *info;
-
-    for (;;) {
-        info = H_REQ(c, "OK {%*}", "INFO");
-        if (h_json_has(info, needle))
-            return info;
-        if (h_now_ms() > deadline)
-            H_FAIL("INFO never had %s: %s", needle, info);
-        h_sleep_ms(50);
-    }
-}
-
 /* The JSON text "backend_addr":"127.0.0.1:PORT". */
 static const char *addr_json(int port)
 {
@@ -80,8 +64,8 @@ START_TEST(test_finds_master)
     struct h_conn *a = H_CLIENT(d, "name=alice");
     char watching[100];
 
-    wait_info(a, "\"backend\":\"up\"", 10000);
-    wait_info(a, addr_json(T->master->port), 0);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, addr_json(T->master->port), 0);
     H_LOCK_NEW(a, "found");
     ck_assert_int_gt(h_redis_count_keys(T->master->port, "dlock:*"), 0);
     h_sentinels_sync(T, 5000);
@@ -101,8 +85,8 @@ START_TEST(test_down_sentinel_skipped)
     snprintf(bad, sizeof bad, "127.0.0.1:%d", h_free_port());
     d = start_on(T->name, H_ARGS(bad, T->addr[0], T->addr[1], T->addr[2]), NULL);
     a = H_CLIENT(d, "name=alice");
-    wait_info(a, addr_json(T->master->port), 10000);
-    wait_info(a, "\"backend\":\"up\"", 5000);
+    h_wait_info(a, addr_json(T->master->port), 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 5000);
     H_LOCK_NEW(a, "skipped");
     snprintf(refused, sizeof refused, "sentinel: %s: ", bad);
     ck_assert_int_ge(h_log_count(d, H_ARGS(refused, "refused")), 1);
@@ -116,7 +100,7 @@ START_TEST(test_unknown_master)
 {
     struct h_dlockd *d = start_on("nosuch", H_ARGS(T->addr[0], T->addr[1], T->addr[2]), NULL);
     struct h_conn *a = H_CLIENT(d, "name=alice");
-    const char *info = wait_info(a, "\"backend\":\"down\"", 5000);
+    const char *info = h_wait_info(a, "\"backend\":\"down\"", 5000);
 
     ck_assert_msg(strstr(info, "no sentinel gave the address of master nosuch") != NULL, "INFO %s", info);
     ck_assert_msg(strstr(info, "does not know master nosuch") != NULL, "INFO %s", info);
@@ -146,12 +130,12 @@ START_TEST(test_sentinel_password)
     right = start_on("pwmaster", H_ARGS(addr), H_ARGS("--sentinel-password", "right", "--admin-listen", admin));
     a = H_CLIENT(wrong, "name=alice");
     b = H_CLIENT(right, "name=bob");
-    info = wait_info(a, "\"backend\":\"down\"", 5000);
+    info = h_wait_info(a, "\"backend\":\"down\"", 5000);
     ck_assert_msg(strstr(info, "AUTH: WRONGPASS") != NULL, "INFO %s", info);
     ck_assert_int_eq(h_log_wait(wrong, H_ARGS(" warn ", "backend:", addr, "AUTH: WRONGPASS"), 1, 5000), 1);
     ck_assert_int_eq(h_log_wait(wrong, H_ARGS(" warn ", "cannot watch", addr, "AUTH: WRONGPASS"), 1, 5000), 1);
-    wait_info(b, "\"backend\":\"up\"", 10000);
-    wait_info(b, addr_json(T->master->port), 0);
+    h_wait_info(b, "\"backend\":\"up\"", 10000);
+    h_wait_info(b, addr_json(T->master->port), 0);
     /* /status shows the master in use, and the password masked. */
     ck_assert_int_eq(h_http_get(atoi(strchr(admin, ':') + 1), "/status", NULL, &status, 5000), 200);
     ck_assert_msg(h_json_has(status, addr_json(T->master->port)), "/status %s", status);
@@ -174,7 +158,7 @@ START_TEST(test_role_checked)
     d = start_on("fake", H_ARGS(addr), NULL);
     a = H_CLIENT(d, "name=alice");
     snprintf(role, sizeof role, "Redis at 127.0.0.1:%d is a slave, not the master", T->replicas[0]->port);
-    info = wait_info(a, "\"backend\":\"down\"", 5000);
+    info = h_wait_info(a, "\"backend\":\"down\"", 5000);
     ck_assert_int_ge(h_log_wait(d, H_ARGS("backend:", role), 2, 5000), 2);
     info = H_REQ(a, "OK {%*}", "INFO");
     ck_assert_msg(strstr(info, role) != NULL, "INFO %s", info);
@@ -196,7 +180,7 @@ START_TEST(test_demoted_master)
     snprintf(addr, sizeof addr, "127.0.0.1:%d", s->port);
     d = start_on("demo", H_ARGS(addr), NULL);
     a = H_CLIENT(d, "name=alice");
-    wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
     H_LOCK_NEW(a, "before");
     snprintf(port, sizeof port, "%d", x->port);
     free(h_redis_cmd(m->port, "REPLICAOF", "127.0.0.1", port, NULL));
@@ -207,7 +191,7 @@ START_TEST(test_demoted_master)
     r = h_redis_cmd(m->port, "REPLICAOF", "NO", "ONE", NULL);
     ck_assert_str_eq(r, "OK");
     free(r);
-    wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
     H_LOCK_NEW(a, "promoted");
 }
 END_TEST
@@ -258,7 +242,7 @@ START_TEST(test_failover)
     int old = t->master->port, now;
     int64_t killed, granted;
 
-    wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
     H_LOCK_NEW(a, "held");
     h_sentinels_sync(t, 5000);
     h_redis_kill(t->master);
@@ -269,7 +253,7 @@ START_TEST(test_failover)
     ck_assert_int_ne(now, old);
     H_EVENT(a, "* JEOPARDY", 1000);
     H_EVENT(a, "* SAFE", 15000);
-    wait_info(a, addr_json(now), 0);
+    h_wait_info(a, addr_json(now), 0);
     ck_assert_int_gt(h_redis_count_keys(now, "dlock:*"), 0);
     H_REQ(a, "OK count=0", "UNLOCK held"); /* replicated, or else written back: never lost */
     H_REQ(a, "OK", "PING");

@@ -1848,6 +1848,21 @@ int h_json_has(const char *json, const char *needle)
     return found;
 }
 
+const char *h_wait_info(struct h_conn *c, const char *needle, int timeout_ms)
+{
+    int64_t deadline = h_now_ms() + timeout_ms;
+    const char *info;
+
+    for (;;) {
+        info = H_REQ(c, "OK {%*}", "INFO");
+        if (h_json_has(info, needle))
+            return info;
+        if (h_now_ms() > deadline)
+            H_FAIL("INFO never had %s: %s", needle, info);
+        h_sleep_ms(50);
+    }
+}
+
 long long h_json_int(const char *json, const char *key)
 {
     char *c = h_json_compact(json), *p, *end, needle[256];

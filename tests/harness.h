@@ -299,6 +299,8 @@ int h_kv(const char *line, const char *key, char *out, size_t cap);
 long long h_kv_int(const char *line, const char *key);
 /* 1 when json (whitespace outside strings ignored) contains the compact text needle. */
 int h_json_has(const char *json, const char *needle);
+/* Polls INFO on c until it contains the compact JSON needle; returns that INFO, or fails the test after timeout_ms. */
+const char *h_wait_info(struct h_conn *c, const char *needle, int timeout_ms);
 /* The number after "key": in json; LLONG_MIN when absent. */
 long long h_json_int(const char *json, const char *key);
 /* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
