@@ -13,6 +13,7 @@
 #include "hold.h"
 #include "lock.h"
 #include "log.h"
+#include "multi.h"
 #include "redis.h"
 #include "session.h"
 #include "wait.h"
@@ -21,12 +22,23 @@
  * that its line stays within about 4 KiB; "more" counts the others. */
 #define STATUS_HOLDERS_BYTES 3000
 
-/* An UNLOCK, RELEASE or STATUS in flight. */
+/* An UNLOCK, RELEASE or STATUS in flight, or one slot's part of an UNLOCK across cluster slots. */
 struct op {
     struct req *req;
+    struct split *split;   /* the UNLOCK across slots this is a part of, or NULL */
     char who[HID_MAX + 1]; /* session:owner */
     int nnames;
     const char *names[PROTO_MAX_NAMES]; /* point into req's line */
+    int at[PROTO_MAX_NAMES]; /* a part's names' places in the request */
+};
+
+/* An UNLOCK across cluster slots: answered once every slot's part is. */
+struct split {
+    struct req *req;
+    int pending;                      /* parts not answered yet */
+    enum proto_err err;               /* the first part's error */
+    char why[512];     /* empty while no part failed */
+    char counts[PROTO_MAX_NAMES][24]; /* by place in the request */
 };
 
 static struct op *op_new(struct req *r, const char *sid)
@@ -51,13 +63,9 @@ static int script_or_backend(struct op *op, enum op_id id, const struct contract
     return -1;
 }
 
-/* With Redis Cluster one script takes the names of one slot only. Returns 0, or -1 after replying. */
-static int in_one_slot(struct req *r)
+static int spans_slots(const struct req *r)
 {
-    if (!batch_spans(r->d, r->pr.nnames, (const char *const *)r->pr.names))
-        return 0;
-    req_err(r, PROTO_ELIMIT, "names in different cluster slots; give them a common hash tag");
-    return -1;
+    return batch_spans(r->d, r->pr.nnames, (const char *const *)r->pr.names);
 }
 
 /* Checks the limits that apply before asking Redis. The names of a
@@ -68,8 +76,6 @@ static int within_limits(struct req *r, struct session *s)
     struct dlockd *d = r->d;
     int n = r->pr.nnames;
 
-    if (in_one_slot(r))
-        return -1;
     if (s->nholds + s->nreserved + n > d->cfg.max_holds) {
         req_err(r, PROTO_ELIMIT, "session has %d holds and waits for %d more, max-holds is %lld", s->nholds,
                 s->nreserved, (long long)d->cfg.max_holds);
@@ -95,7 +101,10 @@ void lock_lock(struct req *r)
         req_err(r, PROTO_EDEADLOCK, "waiting would close a cycle of waits on this server");
         return;
     }
-    wait_submit(wait_new(r, s, WAIT_LOCK, mode));
+    if (spans_slots(r))
+        multi_lock(r, s, mode);
+    else
+        wait_submit(wait_new(r, s, WAIT_LOCK, mode));
 }
 
 void lock_acquire(struct req *r)
@@ -114,25 +123,26 @@ void lock_acquire(struct req *r)
 
 /* --- UNLOCK and RELEASE */
 
-static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *arg)
+/* Applies Redis's answer to op's UNLOCK or RELEASE to the holds here.
+ * Returns 0, or -1 after filling err and why. */
+static int unlock_applied(struct dlockd *d, const struct op *op, const struct contract_reply *rep,
+                          enum proto_err *err, char *why, size_t len)
 {
-    struct op *op = arg;
     struct session *s = req_session(op->req);
     char counts[CONTRACT_LIST_MAX], hid[HID_MAX + 2], *save;
     const char *count, *modes;
 
+    *err = rep && rep->status == CONTRACT_NOTHELD ? PROTO_ENOTHELD : PROTO_EBACKEND;
     if (rep == NULL) {
-        req_err(op->req, PROTO_EBACKEND, "Redis did not answer in time");
-        free(op);
-        return;
+        snprintf(why, len, "Redis did not answer in time");
+        return -1;
     }
     if (rep->status != CONTRACT_OK) {
         if (rep->status == CONTRACT_NOTHELD)
-            req_err(op->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner", rep->name);
+            snprintf(why, len, "'%s' is not held by this session and owner", rep->name);
         else
-            req_err(op->req, PROTO_EBACKEND, "unexpected answer '%s' from Redis", rep->text);
-        free(op);
-        return;
+            snprintf(why, len, "unexpected answer '%s' from Redis", rep->text);
+        return -1;
     }
     modes = rep->unlock.modes;
     snprintf(counts, sizeof(counts), "%s", rep->unlock.counts);
@@ -142,13 +152,59 @@ static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *
         hold_count(d, op->names[i], hid, atoll(count));
         log_info("audit: release name=%s session=%s client=%s count=%s", op->names[i], op->req->sid,
                  s ? s->name : "-", count);
+        if (op->split)
+            snprintf(op->split->counts[op->at[i]], sizeof(op->split->counts[0]), "%s", count);
         count = strtok_r(NULL, ",", &save);
     }
-    if (modes[0] == 'p')
+    return 0;
+}
+
+static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct op *op = arg;
+    enum proto_err err;
+    char why[512];
+
+    if (unlock_applied(d, op, rep, &err, why, sizeof(why)))
+        req_err(op->req, err, "%s", why);
+    else if (rep->unlock.modes[0] == 'p')
         req_reply(op->req, "OK", "held=%s free=%lld", rep->unlock.counts, rep->unlock.free);
     else
         req_reply(op->req, "OK", "%s=%s", op->nnames > 1 ? "counts" : "count", rep->unlock.counts);
     free(op);
+}
+
+/* One part of an UNLOCK across slots is done: the last one answers. */
+static void split_done(struct split *sp)
+{
+    char counts[CONTRACT_LIST_MAX];
+    size_t len = 0;
+
+    if (--sp->pending > 0)
+        return;
+    if (sp->why[0]) {
+        req_err(sp->req, sp->err, "%s", sp->why);
+    } else {
+        for (int i = 0; i < sp->req->pr.nnames; i++)
+            len += (size_t)snprintf(counts + len, sizeof(counts) - len, "%s%s", i ? "," : "", sp->counts[i]);
+        req_reply(sp->req, "OK", "counts=%s", counts);
+    }
+    free(sp);
+}
+
+static void on_unlock_part(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct op *op = arg;
+    struct split *sp = op->split;
+    enum proto_err err;
+    char why[sizeof(sp->why)];
+
+    if (unlock_applied(d, op, rep, &err, why, sizeof(why)) && sp->why[0] == '\0') {
+        sp->err = err;
+        snprintf(sp->why, sizeof(sp->why), "%s", why);
+    }
+    free(op);
+    split_done(sp);
 }
 
 /*
@@ -167,18 +223,77 @@ static void known_holds(const struct op *op, char *known)
     known[op->nnames] = '\0';
 }
 
+/*
+ * An UNLOCK across cluster slots: one script per slot. It starts only when
+ * this daemon knows every hold, so that a name not held fails it whole; a
+ * slot whose script then fails (a hold lost meanwhile) fails the answer, and
+ * the other slots' names are released.
+ */
+static void unlock_split(struct op *all, const char *known, char shared)
+{
+    struct dlockd *d = all->req->d;
+    const char *unknown = strchr(known, '0');
+    struct split *sp;
+    int slot[PROTO_MAX_NAMES], done[PROTO_MAX_NAMES] = { 0 };
+
+    if (unknown) {
+        req_err(all->req, PROTO_ENOTHELD, "'%s' is not held by this session and owner", all->names[unknown - known]);
+        free(all);
+        return;
+    }
+    if ((sp = calloc(1, sizeof(*sp))) == NULL)
+        fatalx("lock: out of memory");
+    sp->req = all->req;
+    sp->pending = 1;
+    for (int i = 0; i < all->nnames; i++)
+        slot[i] = batch_slot(d, all->names[i]);
+    for (int i = 0; i < all->nnames; i++) {
+        struct op *op;
+        struct contract_args args;
+        char ones[PROTO_MAX_NAMES + 1];
+
+        if (done[i])
+            continue;
+        op = op_new(all->req, all->req->sid);
+        op->split = sp;
+        op->nnames = 0;
+        for (int j = i; j < all->nnames; j++) {
+            if (slot[j] != slot[i])
+                continue;
+            done[j] = 1;
+            op->at[op->nnames] = j;
+            op->names[op->nnames] = all->names[j];
+            ones[op->nnames++] = '1';
+        }
+        ones[op->nnames] = '\0';
+        contract_unlock_args(&args, op->who, shared, (all->req->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, ones);
+        sp->pending++;
+        if (hold_script(d, OP_UNLOCK, op->nnames, op->names, &args, on_unlock_part, NULL, op)) {
+            if (sp->why[0] == '\0') {
+                sp->err = PROTO_EBACKEND;
+                snprintf(sp->why, sizeof(sp->why), "%s", redis_unavailable(d->redis));
+            }
+            free(op);
+            sp->pending--;
+        }
+    }
+    free(all);
+    split_done(sp);
+}
+
 void lock_unlock(struct req *r)
 {
     struct op *op;
     struct contract_args args;
-    char known[PROTO_MAX_NAMES + 1];
+    char known[PROTO_MAX_NAMES + 1], shared = (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0';
 
-    if (in_one_slot(r))
-        return;
     op = op_new(r, r->sid);
     known_holds(op, known);
-    contract_unlock_args(&args, op->who, (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0', (r->pr.flags & PROTO_F_ALL) != 0,
-                         "", 1, 0, known);
+    if (spans_slots(r)) {
+        unlock_split(op, known, shared);
+        return;
+    }
+    contract_unlock_args(&args, op->who, shared, (r->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, known);
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 
@@ -188,8 +303,6 @@ void lock_release(struct req *r)
     struct contract_args args;
     char known[PROTO_MAX_NAMES + 1];
 
-    if (in_one_slot(r))
-        return;
     op = op_new(r, r->sid);
     known_holds(op, known);
     contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0, known);

@@ -13,6 +13,7 @@
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
+#include "multi.h"
 #include "record.h"
 #include "redis.h"
 #include "session.h"
@@ -115,10 +116,13 @@ static void wait_free(struct wait *w)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
     deadline_cancel(d->deadlines, &w->retry);
+    if (w->multi)
+        multi_fail(w->multi);
     free(w);
 }
 
-/* Detaches the request: nobody is to be answered any more. */
+/* Detaches the request: nobody is to be answered any more, but with a
+ * refusal or an error; a LOCK across slots releases its earlier slots. */
 static struct req *wait_take_req(struct wait *w)
 {
     struct req *r = w->req;
@@ -126,6 +130,10 @@ static struct req *wait_take_req(struct wait *w)
     w->req = NULL;
     if (r)
         r->gone = r->quit = NULL;
+    if (w->multi) {
+        multi_fail(w->multi);
+        w->multi = NULL;
+    }
     return r;
 }
 
@@ -152,15 +160,23 @@ static void grant_one(struct session *s, const struct wait *w, int i, const char
              w->hid[0], token, count);
 }
 
-/* Answers w's request with its grant g, or undoes the grant if nobody waits. */
+/* Answers w's request with its grant g, or undoes the grant if nobody waits.
+ * A LOCK across slots goes on to its next slot instead; one whose client
+ * QUITs meanwhile is undone. */
 static void wait_granted(struct wait *w, const struct contract_grant *g)
 {
     struct dlockd *d = w->d;
-    struct req *r = wait_take_req(w);
-    struct session *s = r ? req_session(r) : NULL;
+    int quit_multi = w->multi && w->intent == WAIT_QUITTING;
+    struct multi *m = quit_multi ? NULL : w->multi;
+    struct req *r;
+    struct session *s;
     char tbuf[CONTRACT_LIST_MAX], cbuf[CONTRACT_LIST_MAX], *tok[PROTO_MAX_NAMES], *cnt[PROTO_MAX_NAMES];
-    int nt, nc;
+    int nt, nc, undo;
 
+    w->multi = m ? NULL : w->multi;
+    r = wait_take_req(w); /* fails the LOCK across slots of a QUIT */
+    s = r ? req_session(r) : NULL;
+    undo = r == NULL || r->c == NULL || s == NULL || quit_multi;
     snprintf(tbuf, sizeof(tbuf), "%s", g->tokens);
     snprintf(cbuf, sizeof(cbuf), "%s", g->counts);
     nt = split(tbuf, tok, PROTO_MAX_NAMES);
@@ -172,15 +188,22 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
     for (int i = 0; i < nt; i++) {
         /* Undone: exactly the k counts it added. The count it reported may
          * have grown since, by reentries answered OK that must stay. */
-        if (r == NULL || r->c == NULL || s == NULL)
+        if (undo)
             hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
             grant_one(s, w, i, tok[i], cnt[i]);
     }
-    if (r == NULL || r->c == NULL || s == NULL) {
+    if (undo) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
+        if (m)
+            multi_fail(m);
         if (r)
             req_drop(r);
+    } else if (m && nt == w->nnames) {
+        multi_granted(m, r, tok, cnt);
+    } else if (m) {
+        multi_fail(m);
+        req_err(r, PROTO_EBACKEND, "unexpected grant from Redis");
     } else {
         uint64_t sent = redis_answering_sent(d->redis);
         d->stats.grants++;
@@ -762,7 +785,8 @@ static char *put(char **p, const char *str)
     return copy;
 }
 
-struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode)
+struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kind, char mode, int nnames,
+                            const char *const *names)
 {
     struct dlockd *d = r->d;
     const struct proto_req *pr = &r->pr;
@@ -771,9 +795,9 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     struct wait *w;
 
     snprintf(hid, sizeof(hid), "%c%s:%s", mode, s->id, pr->owner);
-    size = sizeof(*w) + (size_t)pr->nnames * sizeof(char *) + strlen(hid) + 1 + strlen(s->name) + 1;
-    for (int i = 0; i < pr->nnames; i++)
-        size += strlen(pr->names[i]) + 1;
+    size = sizeof(*w) + (size_t)nnames * sizeof(char *) + strlen(hid) + 1 + strlen(s->name) + 1;
+    for (int i = 0; i < nnames; i++)
+        size += strlen(names[i]) + 1;
     if ((w = calloc(1, size)) == NULL)
         fatalx("wait: out of memory");
     w->d = d;
@@ -783,12 +807,12 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     w->wait_ms = pr->wait_ms;
     w->k = kind == WAIT_SEM ? pr->permits : 1;
     w->limit = pr->limit;
-    w->nnames = pr->nnames;
+    w->nnames = nnames;
     p = (char *)&w->names[w->nnames];
     w->hid = put(&p, hid);
     w->client = put(&p, s->name);
     for (int i = 0; i < w->nnames; i++)
-        w->names[i] = put(&p, pr->names[i]);
+        w->names[i] = put(&p, names[i]);
     w->edges = (struct deadlock_edges){ w->hid, w->nnames, (const char *const *)w->names };
     deadline_init(&w->timeout, on_timeout);
     deadline_init(&w->retry, on_retry);
@@ -800,4 +824,9 @@ struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, cha
     r->quit = on_req_quit;
     r->ctx = w;
     return w;
+}
+
+struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode)
+{
+    return wait_new_names(r, s, kind, mode, r->pr.nnames, (const char *const *)r->pr.names);
 }

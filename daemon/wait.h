@@ -13,6 +13,7 @@
 #include "proto.h"
 
 struct dlockd;
+struct multi;
 struct req;
 struct session;
 
@@ -53,6 +54,7 @@ struct wait {
     enum wait_intent intent;  /* of its client; moved only by wait_intend */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
     struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
+    struct multi *multi;      /* the LOCK across cluster slots it serves one slot of, or NULL */
     TAILQ_ENTRY(wait) in_session;
     int nnames;
     char *names[];            /* then the strings of hid, client and names */
@@ -66,6 +68,9 @@ struct wait {
 int wait_within_limits(struct req *r, const struct session *s);
 /* A wait for r's names (hid mode: x, s or p), added to r's session. */
 struct wait *wait_new(struct req *r, struct session *s, enum wait_kind kind, char mode);
+/* The same, for nnames of r's names. */
+struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kind, char mode, int nnames,
+                            const char *const *names);
 /*
  * Whether this daemon knows of a hold of session s and owner who
  * (session:owner) on name, or of a wait of theirs for it other than skip:

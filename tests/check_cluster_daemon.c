@@ -1,6 +1,6 @@
 /* check_cluster_daemon.c - dlockd on a real 3-master Redis Cluster: names spread over every master and
- * renewed, a grant handed across masters by pub/sub, names of two slots refused, and holds that survive a
- * CLUSTER FAILOVER and a kill -9 of a master under load with no name granted twice. */
+ * renewed, a grant handed across masters by pub/sub, a LOCK of names on several masters all or nothing, and
+ * holds that survive a CLUSTER FAILOVER and a kill -9 of a master under load with no name granted twice. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,9 +120,8 @@ static void name_elsewhere(const char *name, const char *base, char *out, size_t
 }
 
 /* Two daemons on different seeds: a waiter queued on one master is granted through pub/sub when a session of
- * the other daemon unlocks; a LOCK or UNLOCK of names in two slots is refused, one with a common hash tag is
- * not. */
-START_TEST(test_waiter_and_crossslot)
+ * the other daemon unlocks. */
+START_TEST(test_waiter_across_masters)
 {
     struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[1], "3s");
     struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob");
@@ -137,11 +136,150 @@ START_TEST(test_waiter_and_crossslot)
     H_SILENT(b, 300);
     H_REQ(a, "OK count=0", "UNLOCK handed");
     H_REPLY(b, "OK token=%* count=1", 5000);
-    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "LOCK handed %s", other);
-    H_REQ(b, "ERR LIMIT names in different cluster slots; give them a common hash tag", "UNLOCK handed %s",
-          other);
     H_REQ(b, "OK count=0", "UNLOCK handed");
-    H_REQ(b, "OK tokens=%* counts=1,1", "LOCK {job}.a {job}.b");
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
+/* Three names on three masters: n[0] here, the others where their keys land. */
+static void names_on_masters(char n[3][64])
+{
+    char key[128];
+    int home[3];
+
+    snprintf(n[0], 64, "multi");
+    name_elsewhere(n[0], "multi", n[1], 64);
+    snprintf(key, sizeof key, "dlock:{%s}:h", n[0]);
+    home[0] = master_of(key);
+    snprintf(key, sizeof key, "dlock:{%s}:h", n[1]);
+    home[1] = master_of(key);
+    for (int i = 0;; i++) {
+        snprintf(n[2], 64, "multi.%d", i);
+        snprintf(key, sizeof key, "dlock:{%s}:h", n[2]);
+        home[2] = master_of(key);
+        if (home[2] != home[0] && home[2] != home[1])
+            return;
+    }
+}
+
+/* Whether name is free: a third session takes it at once and gives it back. */
+static int is_free(struct h_conn *c, const char *name)
+{
+    const char *r;
+
+    h_send(c, "LOCK %s wait=0\r\n", name);
+    r = H_REPLY(c, "%*", 5000);
+    if (strncmp(r, "OK", 2) != 0)
+        return 0;
+    H_REQ(c, "OK count=0", "UNLOCK %s", name);
+    return 1;
+}
+
+/* A LOCK of names on three masters: granted with a token each, in the request's order; refused whole (BUSY,
+ * TIMEOUT, the client gone) with none of its names left held; an UNLOCK of them all, refused whole for a name
+ * not held. */
+START_TEST(test_lock_across_masters)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[1], "3s");
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob"), *c = H_CLIENT(d2, "name=carol");
+    struct h_conn *gone;
+    char n[3][64], want[128];
+    long long t[3];
+    const char *r;
+
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(b, "\"backend\":\"up\"", 10000);
+    names_on_masters(n);
+    r = H_REQ(a, "OK tokens=%* counts=1,1,1", "LOCK %s %s %s", n[0], n[1], n[2]);
+    ck_assert_int_eq(sscanf(strstr(r, "tokens=") + 7, "%lld,%lld,%lld", &t[0], &t[1], &t[2]), 3);
+    for (int i = 0; i < 3; i++) { /* each token is its name's: a reentry repeats it */
+        snprintf(want, sizeof want, "OK token=%lld count=2", t[i]);
+        H_REQ(a, want, "LOCK %s", n[i]);
+        H_REQ(b, "BUSY holder=alice %*", "LOCK %s wait=0", n[i]);
+    }
+    H_REQ(a, "OK counts=1,1,1", "UNLOCK %s %s %s", n[2], n[0], n[1]);
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+    H_REQ(a, "ERR NOTHELD %*", "UNLOCK %s %s", n[0], n[2]);
+
+    /* Refused whole: whichever name is busy, the others are not left held. */
+    for (int busy = 0; busy < 3; busy++) {
+        H_LOCK_NEW(b, n[busy]);
+        H_REQ(a, "BUSY holder=bob %*", "LOCK %s %s %s wait=0", n[0], n[1], n[2]);
+        H_REQ(a, "TIMEOUT", "LOCK %s %s %s wait=300ms", n[2], n[1], n[0]);
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(is_free(c, n[i]), i != busy);
+        H_REQ(b, "OK count=0", "UNLOCK %s", n[busy]);
+    }
+
+    /* A waiter is granted all three once the busy one goes; an UNLOCK with a name not held releases none. */
+    H_LOCK_NEW(b, n[1]);
+    h_send(a, "LOCK %s %s %s wait=10s\r\n", n[0], n[1], n[2]);
+    H_SILENT(a, 300);
+    H_REQ(b, "OK count=0", "UNLOCK %s", n[1]);
+    H_REPLY(a, "OK tokens=%* counts=1,1,1", 5000);
+    H_REQ(a, "ERR NOTHELD 'multi-none' %*", "UNLOCK %s multi-none %s", n[0], n[2]);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(is_free(c, n[i]), 0);
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+
+    /* A client that closes while it waits for one master leaves nothing held on the others, although its
+     * session lives on. */
+    for (int busy = 0; busy < 3; busy++) {
+        gone = H_CLIENT(d1, "name=gone ttl=60s");
+        H_LOCK_NEW(b, n[busy]);
+        h_send(gone, "LOCK %s %s %s wait=30s\r\n", n[0], n[1], n[2]);
+        H_SILENT(gone, 300);
+        h_close(gone);
+        for (int i = 0; i < 3; i++)
+            if (i != busy)
+                H_REQ(c, "OK token=%* count=1", "LOCK %s wait=5s", n[i]);
+        for (int i = 0; i < 3; i++)
+            H_REQ(i == busy ? b : c, "OK count=0", "UNLOCK %s", n[i]);
+    }
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
+/* Which of two connections answers first, within ms; its reply is in *line. */
+static struct h_conn *first_reply(struct h_conn *a, struct h_conn *b, int ms, const char **line)
+{
+    for (int64_t end = h_now_ms() + ms; h_now_ms() < end;) {
+        if ((*line = h_reply(a, 20)) != NULL)
+            return a;
+        if ((*line = h_reply(b, 20)) != NULL)
+            return b;
+    }
+    ck_abort_msg("neither LOCK was answered in %d ms: a cycle of waits?", ms);
+    return NULL;
+}
+
+/* Two clients on two daemons lock the same three names on three masters in opposite orders, over and over:
+ * taken in one order (by slot), they never wait for each other in a cycle, and never hold a name at once. */
+START_TEST(test_across_masters_no_deadlock)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[2], "3s");
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob"), *c = H_CLIENT(d1, "name=carol");
+    struct h_conn *first, *second;
+    char n[3][64];
+    const char *r;
+
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    h_wait_info(b, "\"backend\":\"up\"", 10000);
+    names_on_masters(n);
+    for (int round = 0; round < 30; round++) {
+        h_send(a, "LOCK %s %s %s wait=10s\r\n", n[0], n[1], n[2]);
+        h_send(b, "LOCK %s %s %s wait=10s\r\n", n[2], n[1], n[0]);
+        first = first_reply(a, b, 12000, &r);
+        second = first == a ? b : a;
+        ck_assert_msg(h_match(r, "OK tokens=%* counts=1,1,1"), "round %d: %s", round, r);
+        H_SILENT(second, 20); /* the first holds all three: the second waits */
+        H_REQ(c, "BUSY %*", "LOCK %s wait=0", n[round % 3]);
+        H_REQ(first, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+        H_REPLY(second, "OK tokens=%* counts=1,1,1", 12000);
+        H_REQ(second, "OK counts=0,0,0", "UNLOCK %s %s %s", n[2], n[1], n[0]);
+    }
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }
@@ -209,7 +347,9 @@ static Suite *cluster_daemon_suite(void)
     tcase_add_unchecked_fixture(live, form_cluster, drop_cluster);
     tcase_set_timeout(live, 90);
     tcase_add_test(live, test_names_over_masters);
-    tcase_add_test(live, test_waiter_and_crossslot);
+    tcase_add_test(live, test_waiter_across_masters);
+    tcase_add_test(live, test_lock_across_masters);
+    tcase_add_test(live, test_across_masters_no_deadlock);
     tcase_add_test(live, test_failovers_keep_holds); /* last: it fails over and kills masters */
     suite_add_tcase(s, live);
     return s;

@@ -1,0 +1,145 @@
+/* multi.c - a LOCK of names in several Redis Cluster slots. One script runs
+ * on one slot only, so the names are taken one slot at a time, in ascending
+ * slot order, each slot all or nothing with its own wait. A refusal, a
+ * timeout or a close releases what the slots before were granted. Every such
+ * LOCK takes its slots in the same order, so no two of them wait for each
+ * other in a cycle. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "conn.h"
+#include "dlockd.h"
+#include "hold.h"
+#include "log.h"
+#include "multi.h"
+#include "session.h"
+#include "wait.h"
+
+struct multi {
+    struct dlockd *d;
+    char mode;                              /* x or s */
+    int nnames;
+    int sent;                               /* names of order[] sent to Redis so far */
+    int granted;                            /* names of order[] granted so far */
+    int reserved;                           /* names not sent yet, counted in nreserved */
+    struct session *s;                      /* counts reserved */
+    int order[PROTO_MAX_NAMES];             /* name indexes by slot, then by place */
+    int slot[PROTO_MAX_NAMES];              /* by name index */
+    char tokens[PROTO_MAX_NAMES][TOKEN_MAX];
+    long long counts[PROTO_MAX_NAMES];
+    char hid[HID_MAX + 1];
+    char *names[PROTO_MAX_NAMES];           /* copies, in the request's order */
+};
+
+static void reserve(struct multi *m, int n)
+{
+    m->reserved += n;
+    m->s->nreserved += n;
+    m->d->nreserved += (uint64_t)(int64_t)n;
+}
+
+/* Orders the names by slot, keeping the request's order within a slot. */
+static void sort_by_slot(struct multi *m)
+{
+    for (int i = 0; i < m->nnames; i++) {
+        int j = i;
+        for (; j > 0 && m->slot[m->order[j - 1]] > m->slot[i]; j--)
+            m->order[j] = m->order[j - 1];
+        m->order[j] = i;
+    }
+}
+
+/* Sends the wait for the names of the next slot. */
+static void send_next(struct multi *m, struct req *r)
+{
+    const char *names[PROTO_MAX_NAMES];
+    int first = m->sent, n = 0;
+    struct wait *w;
+
+    while (first + n < m->nnames && m->slot[m->order[first + n]] == m->slot[m->order[first]]) {
+        names[n] = m->names[m->order[first + n]];
+        n++;
+    }
+    m->sent += n;
+    reserve(m, -n);
+    w = wait_new_names(r, m->s, WAIT_LOCK, m->mode, n, names);
+    w->multi = m;
+    wait_submit(w);
+}
+
+void multi_lock(struct req *r, struct session *s, char mode)
+{
+    struct multi *m = calloc(1, sizeof(*m));
+
+    if (m == NULL)
+        fatalx("multi: out of memory");
+    m->d = r->d;
+    m->mode = mode;
+    m->s = s;
+    m->nnames = r->pr.nnames;
+    snprintf(m->hid, sizeof(m->hid), "%c%s:%s", mode, s->id, r->pr.owner);
+    for (int i = 0; i < m->nnames; i++) {
+        if ((m->names[i] = strdup(r->pr.names[i])) == NULL)
+            fatalx("multi: out of memory");
+        m->slot[i] = batch_slot(r->d, m->names[i]);
+    }
+    sort_by_slot(m);
+    reserve(m, m->nnames);
+    send_next(m, r);
+}
+
+static void answer(struct multi *m, struct req *r)
+{
+    char tokens[CONTRACT_LIST_MAX], counts[CONTRACT_LIST_MAX];
+    size_t tl = 0, cl = 0;
+
+    for (int i = 0; i < m->nnames; i++) {
+        tl += (size_t)snprintf(tokens + tl, sizeof(tokens) - tl, "%s%s", i ? "," : "", m->tokens[i]);
+        cl += (size_t)snprintf(counts + cl, sizeof(counts) - cl, "%s%lld", i ? "," : "", m->counts[i]);
+    }
+    m->d->stats.grants++;
+    histo_add_in(&m->d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
+    req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
+}
+
+void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *const *counts)
+{
+    for (int i = m->granted; i < m->sent; i++) {
+        int at = m->order[i];
+        snprintf(m->tokens[at], sizeof(m->tokens[at]), "%s", tokens[i - m->granted]);
+        m->counts[at] = atoll(counts[i - m->granted]);
+    }
+    m->granted = m->sent;
+    if (m->sent < m->nnames) {
+        send_next(m, r);
+        return;
+    }
+    answer(m, r);
+    multi_free(m);
+}
+
+void multi_fail(struct multi *m)
+{
+    for (int i = 0; i < m->granted; i++) {
+        int at = m->order[i];
+        const struct hold *h = hold_find(m->d, m->names[at], m->hid);
+
+        /* Undone: exactly the count it added, as a grant nobody waits for. */
+        if (h && h->token == strtoull(m->tokens[at], NULL, 10))
+            hold_count(m->d, m->names[at], m->hid, h->count - 1);
+        hold_release(m->d, m->names[at], m->hid, m->tokens[at], 0, 1, 0);
+    }
+    if (m->granted)
+        log_debug("multi %s: %d names of earlier slots released", m->hid, m->granted);
+    multi_free(m);
+}
+
+void multi_free(struct multi *m)
+{
+    reserve(m, -m->reserved);
+    for (int i = 0; i < m->nnames; i++)
+        free(m->names[i]);
+    free(m);
+}
