@@ -1,4 +1,5 @@
-/* census.c - who holds what: the names in Redis (asynchronous SCAN, then STATUS of each) and the sessions here. */
+/* census.c - who holds what: the names in Redis (asynchronous SCAN of each master, then STATUS of each name)
+ * and the sessions here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 #include "redis.h"
 #include "session.h"
 
-#define SCAN_STEPS 64     /* SCAN calls of one LIST at most */
+#define SCAN_STEPS 64     /* SCAN calls of one LIST at most, over all masters */
 #define SCAN_COUNT "1000" /* keys each SCAN call looks at, about */
 
 /* A LIST being collected. */
@@ -22,6 +23,7 @@ struct census {
     void *arg;
     long long limit;
     int steps;                     /* SCAN calls so far */
+    int node;                      /* the master being scanned (redis_command's node) */
     int more;                      /* stopped before the end */
     int failed;                    /* a STATUS had no answer */
     char cursor[32];               /* SCAN's */
@@ -145,12 +147,15 @@ static void on_scan(struct dlockd *d, redisReply *r, void *arg)
     const redisReply *keys;
     int full = 0;
 
-    (void)d;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY) {
         finish(c, "Redis did not answer SCAN in time");
         return;
     }
     snprintf(c->cursor, sizeof(c->cursor), "%s", r->element[0]->str ? r->element[0]->str : "0");
+    if (strcmp(c->cursor, "0") == 0 && c->node + 1 < redis_nodes(d->redis)) {
+        c->node++; /* the next master, from its start: "" is no cursor of SCAN's */
+        c->cursor[0] = '\0';
+    }
     keys = r->element[1];
     for (size_t i = 0; i < keys->elements && !full; i++)
         if (keys->element[i]->type == REDIS_REPLY_STRING && add_key(c, keys->element[i]->str))
@@ -173,10 +178,10 @@ static void on_scan(struct dlockd *d, redisReply *r, void *arg)
 
 static int scan_step(struct census *c)
 {
-    const char *argv[] = { "SCAN", c->cursor, "MATCH", c->match, "COUNT", SCAN_COUNT };
+    const char *argv[] = { "SCAN", c->cursor[0] ? c->cursor : "0", "MATCH", c->match, "COUNT", SCAN_COUNT };
 
     c->steps++;
-    return redis_command(c->d->redis, 6, argv, on_scan, c);
+    return redis_command(c->d->redis, c->node, 6, argv, on_scan, c);
 }
 
 /* Copies s into out with the glob characters escaped. */

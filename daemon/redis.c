@@ -517,13 +517,19 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     return call_go(call);
 }
 
-int redis_command(struct redis *rd, int argc, const char **argv, redis_cb *cb, void *arg)
+int redis_nodes(const struct redis *rd)
+{
+    return rd->cluster && rd->nmasters > 0 ? rd->nmasters : 1;
+}
+
+int redis_command(struct redis *rd, int node, int argc, const char **argv, redis_cb *cb, void *arg)
 {
     struct redis_call *call;
 
-    if (!redis_accepts(rd))
+    if (!redis_accepts(rd) || node < 0 || node >= redis_nodes(rd))
         return -1;
     call = call_new(rd, SCRIPT_COUNT, cb, NULL, arg);
+    call->slot = rd->cluster ? rd->master_slot[node] : 0;
     call->retried = 1; /* no script to load again */
     call->argc = argc;
     if (redisFormatSdsCommandArgv(&call->cmd, argc, argv, NULL) < 0)

@@ -71,12 +71,15 @@ int redis_accepts(const struct redis *rd);
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg);
 
+/* The Redis servers dlockd writes to: the masters of a cluster, else 1. */
+int redis_nodes(const struct redis *rd);
 /*
- * Runs a plain command (argv copied; SCAN for LIST) with the same deadline
- * and answer rules as redis_script, without a late callback. Returns 0, or
- * -1 when the link is not up (cb is then not called).
+ * Runs a plain command (argv copied; SCAN for LIST) on the node-th of
+ * redis_nodes, with the same deadline and answer rules as redis_script,
+ * without a late callback. Returns 0, or -1 when the link is not up (cb is
+ * then not called).
  */
-int redis_command(struct redis *rd, int argc, const char **argv, redis_cb *cb, void *arg);
+int redis_command(struct redis *rd, int node, int argc, const char **argv, redis_cb *cb, void *arg);
 
 /* While a callback runs: when its call was sent (monotonic us); else 0. */
 uint64_t redis_answering_sent(const struct redis *rd);

@@ -31,7 +31,7 @@ static struct h_dlockd *start_on(int port, const char *lease)
     snprintf(seed, sizeof seed, "127.0.0.1:%d", port);
     /* Sessions outlive a request that waits behind the failover-delay gate. */
     return h_dlockd_start(0, H_ARGS("--cluster", seed, "--lock-lease", lease, "--backend-timeout", "1s",
-                                    "--session-ttl", "60s"));
+                                    "--session-ttl", "60s", "--adminpass", "root"));
 }
 
 
@@ -49,6 +49,16 @@ static int masters_with_keys(long long *total)
         n += k > 0;
         *total += k > 0 ? k : 0;
     }
+    return n;
+}
+
+/* How many times needle occurs in text. */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
     return n;
 }
 
@@ -73,6 +83,18 @@ START_TEST(test_names_over_masters)
     masters = masters_with_keys(&keys);
     ck_assert_int_eq(masters, 3);
     ck_assert_int_ge(keys, NNAMES);
+    /* LIST sees the names of every master: a name of each, and all of them, in name order. */
+    {
+        struct h_conn *op = H_CLIENT(d, "name=operator");
+        const char *r;
+        H_REQ(op, "OK", "AUTH root");
+        r = H_REQ(op, "OK {\"names\":[%*],\"more\":0}", "LIST spread* limit=1000");
+        ck_assert_int_eq(count_of(r, "\"holders\":1"), NNAMES);
+        ck_assert_ptr_nonnull(strstr(r, "{\"name\":\"spread0\",\"type\":\"lock\",\"holders\":1,\"waiters\":0},"
+                                        "{\"name\":\"spread1\","));
+        H_REQ(op, "OK {\"names\":[{%*},{%*}],\"more\":1}", "LIST spread* limit=2");
+        h_close(op);
+    }
     for (int i = 0; i < 9; i++) { /* past two leases of 2 s: only renewals keep them; alice stays alive */
         h_sleep_ms(500);
         H_REQ(a, "OK", "PING");
