@@ -165,6 +165,7 @@ static void req_end(struct req *r)
             c->untagged_busy = 0;
         advance_soon(c);
     }
+    free(r->held);
     free(r);
     req_count_down(d);
 }
@@ -270,6 +271,12 @@ static char *format_body(char *buf, size_t cap, const char *head, const char *fm
 
 void req_send(struct req *r, const char *body)
 {
+    if (r->holds > 0) {
+        free(r->held);
+        if ((r->held = strdup(body)) == NULL)
+            fatalx("conn: out of memory");
+        return;
+    }
     stats_reply(&r->d->stats, r->pr.verb, body);
     /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
     if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
@@ -313,7 +320,29 @@ void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
 
 void req_drop(struct req *r)
 {
-    req_end(r);
+    if (r->holds > 0)
+        r->dropped = 1;
+    else
+        req_end(r);
+}
+
+void req_hold(struct req *r)
+{
+    r->holds++;
+}
+
+void req_unhold(struct req *r)
+{
+    char *body = r->held;
+
+    if (--r->holds > 0)
+        return;
+    r->held = NULL;
+    if (body)
+        req_send(r, body);
+    else if (r->dropped)
+        req_end(r);
+    free(body);
 }
 
 /* A repeat that was to start: its connection goes first. */

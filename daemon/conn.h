@@ -28,6 +28,9 @@ struct req {
     void *ctx;                        /* the verb's state, for gone */
     struct idrec *idrec;              /* the id= record this request answers */
     uint64_t arrived;                 /* monotonic ms */
+    int holds;                        /* calls its answer waits for (req_hold) */
+    int dropped;                      /* req_drop came while held */
+    char *held;                       /* its answer, sent when the holds end */
     TAILQ_ENTRY(req) link;            /* in the connection's running list */
     TAILQ_ENTRY(req) idlink;          /* in an id record's repeats, then in c->starting */
     size_t len;                       /* bytes in line (a NUL among them is refused) */
@@ -40,6 +43,9 @@ TAILQ_HEAD(req_list, req);
 struct queued {
     TAILQ_ENTRY(queued) link;
     uint64_t arrived;                 /* monotonic ms */
+    int holds;                        /* calls its answer waits for (req_hold) */
+    int dropped;                      /* req_drop came while held */
+    char *held;                       /* its answer, sent when the holds end */
     size_t len;                       /* bytes in line */
     char line[];
 };
@@ -108,6 +114,12 @@ void req_err(struct req *r, enum proto_err e, const char *fmt, ...) __attribute_
 void req_send(struct req *r, const char *body);
 /* Ends r without a reply (its connection is gone). */
 void req_drop(struct req *r);
+/*
+ * Holds r's answer (and its end) until as many req_unhold: for a request
+ * whose answer must follow what it undoes in Redis. r stays allocated.
+ */
+void req_hold(struct req *r);
+void req_unhold(struct req *r);
 /*
  * Runs r (cmd_run) from its connection's next advance, never inside the
  * caller. Returns -1, leaving r as it is, when the connection is closing,

@@ -169,15 +169,29 @@ static void on_release(struct dlockd *d, const struct contract_reply *rep, void 
     (void)arg;
 }
 
-void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
-                  int64_t delay)
+static int release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
+                   int64_t delay, contract_cb *cb, void *arg)
 {
     struct contract_args args;
 
     contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay, "1");
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
-    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, on_release, NULL, NULL))
-        log_warnx("backend down: '%s' is left to its lease in Redis", name);
+    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, cb, NULL, arg) == 0)
+        return 0;
+    log_warnx("backend down: '%s' is left to its lease in Redis", name);
+    return -1;
+}
+
+void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
+                  int64_t delay)
+{
+    release(d, name, hid, token, all, k, delay, on_release, NULL);
+}
+
+int hold_release_then(struct dlockd *d, const char *name, const char *hid, const char *token, long long k,
+                      contract_cb *cb, void *arg)
+{
+    return release(d, name, hid, token, 0, k, 0, cb, arg);
 }
 
 void hold_release_session(struct session *s, int expired)

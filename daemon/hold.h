@@ -68,6 +68,10 @@ struct lname *hold_name(struct dlockd *d, const char *name);
  */
 void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
                   int64_t delay);
+/* hold_release of k counts, then cb(arg) once Redis answered, or failed to; returns -1 (cb not called) when
+ * the link is down. */
+int hold_release_then(struct dlockd *d, const char *name, const char *hid, const char *token, long long k,
+                      contract_cb *cb, void *arg);
 /* Releases every hold of s (forgetting them), with lock-delay when it expired. */
 void hold_release_session(struct session *s, int expired);
 

@@ -120,7 +120,14 @@ void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *co
     multi_free(m);
 }
 
-void multi_fail(struct multi *m)
+static void on_undone(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    (void)d;
+    (void)rep;
+    req_unhold(arg);
+}
+
+void multi_fail(struct multi *m, struct req *r)
 {
     for (int i = 0; i < m->granted; i++) {
         int at = m->order[i];
@@ -129,7 +136,10 @@ void multi_fail(struct multi *m)
         /* Undone: exactly the count it added, as a grant nobody waits for. */
         if (h && h->token == strtoull(m->tokens[at], NULL, 10))
             hold_count(m->d, m->names[at], m->hid, h->count - 1);
-        hold_release(m->d, m->names[at], m->hid, m->tokens[at], 0, 1, 0);
+        if (r == NULL)
+            hold_release(m->d, m->names[at], m->hid, m->tokens[at], 0, 1, 0);
+        else if (hold_release_then(m->d, m->names[at], m->hid, m->tokens[at], 1, on_undone, r) == 0)
+            req_hold(r);
     }
     if (m->granted)
         log_debug("multi %s: %d names of earlier slots released", m->hid, m->granted);

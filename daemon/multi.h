@@ -14,8 +14,12 @@ void multi_lock(struct req *r, struct session *s, char mode);
  * in the wait's order) to r: goes on to the next slot, or answers r.
  */
 void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *const *counts);
-/* m's request failed or went away: releases what m's earlier slots were granted, and frees m. */
-void multi_fail(struct multi *m);
+/*
+ * m's request r (NULL when none) failed or went away: releases what m's
+ * earlier slots were granted, and frees m. r's answer waits until Redis has
+ * released them, so that whoever hears it can take them.
+ */
+void multi_fail(struct multi *m, struct req *r);
 /* Frees m, releasing nothing (shutdown). */
 void multi_free(struct multi *m);
 

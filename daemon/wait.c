@@ -117,7 +117,7 @@ static void wait_free(struct wait *w)
     deadline_cancel(d->deadlines, &w->timeout);
     deadline_cancel(d->deadlines, &w->retry);
     if (w->multi)
-        multi_fail(w->multi);
+        multi_fail(w->multi, NULL);
     free(w);
 }
 
@@ -131,7 +131,7 @@ static struct req *wait_take_req(struct wait *w)
     if (r)
         r->gone = r->quit = NULL;
     if (w->multi) {
-        multi_fail(w->multi);
+        multi_fail(w->multi, r);
         w->multi = NULL;
     }
     return r;
@@ -196,13 +196,13 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
     if (undo) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
         if (m)
-            multi_fail(m);
+            multi_fail(m, r);
         if (r)
             req_drop(r);
     } else if (m && nt == w->nnames) {
         multi_granted(m, r, tok, cnt);
     } else if (m) {
-        multi_fail(m);
+        multi_fail(m, r);
         req_err(r, PROTO_EBACKEND, "unexpected grant from Redis");
     } else {
         uint64_t sent = redis_answering_sent(d->redis);

@@ -142,7 +142,7 @@ static void name_elsewhere(const char *name, const char *base, char *out, size_t
 }
 
 /* Two daemons on different seeds: a waiter queued on one master is granted through pub/sub when a session of
- * the other daemon unlocks. */
+ * the other daemon unlocks; an AWAIT on one daemon wakes at a COUNTDOWN on the other. */
 START_TEST(test_waiter_across_masters)
 {
     struct h_dlockd *d1 = start_on(C->port[0], "3s"), *d2 = start_on(C->port[1], "3s");
@@ -159,6 +159,13 @@ START_TEST(test_waiter_across_masters)
     H_REQ(a, "OK count=0", "UNLOCK handed");
     H_REPLY(b, "OK token=%* count=1", 5000);
     H_REQ(b, "OK count=0", "UNLOCK handed");
+    /* An AWAIT on one daemon wakes at the other's last COUNTDOWN. */
+    H_REQ(a, "OK count=2", "LATCH gate.%s count=2", other);
+    h_send(a, "AWAIT gate.%s wait=10s\r\n", other);
+    H_REQ(b, "OK count=1", "COUNTDOWN gate.%s", other);
+    H_SILENT(a, 300);
+    H_REQ(b, "OK count=0", "COUNTDOWN gate.%s", other);
+    H_REPLY(a, "OK", 5000);
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }
