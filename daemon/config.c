@@ -54,6 +54,7 @@ static const struct conf_key keys[] = {
     { "lock-delay", CONF_DURATION, FIELD(lock_delay), "0", 0, DMAX, LIVE },
     { "failover-delay", CONF_DURATION, FIELD(failover_delay), "0", 0, DMAX, LIVE },
     { "backend-timeout", CONF_DURATION, FIELD(backend_timeout), "2s", 10, DMAX, LIVE },
+    { "min-replicas-ack", CONF_INT, FIELD(min_replicas_ack), "0", 0, CONFIG_MAX_REPLICAS_ACK, LIVE },
     { "requirepass", CONF_STR, FIELD(requirepass), NULL, 0, 0, LIVE | SECRET },
     { "adminpass", CONF_STR, FIELD(adminpass), NULL, 0, 0, LIVE | SECRET },
     { "protected-mode", CONF_BOOL, FIELD(protected_mode), "yes", 0, 1, RESTART },
@@ -314,6 +315,9 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
     if (cfg->cluster.n > 0 && (cfg->redis_given || cfg->sentinels.n > 0))
         return fail(err, errlen, "config", "cluster", cfg->redis_given ? "excludes redis: the seeds name the nodes"
                                                                        : "excludes sentinel: a cluster fails over by itself");
+    if (cfg->cluster.n > 0 && cfg->min_replicas_ack > 0)
+        return fail(err, errlen, "config", "min-replicas-ack",
+                    "not with cluster: WAIT confirms the writes of one master, and dlockd does not yet send one per master");
     for (int i = 0; i < cfg->cluster.n; i++)
         if (cfg->cluster.addr[i].is_unix)
             return fail(err, errlen, "config", "cluster", "expected HOST:PORT: nodes name each other by TCP address");

@@ -9,6 +9,7 @@
 #include "log.h"
 
 #define CONFIG_MAX_ADDRS 16 /* addresses of a repeatable key: listen, sentinel, cluster */
+#define CONFIG_MAX_REPLICAS_ACK 16 /* the largest min-replicas-ack */
 #define CONFIG_VALUE_MAX (CONFIG_MAX_ADDRS * 300) /* bytes of a value as config_each shows it */
 
 struct sockaddr;
@@ -45,6 +46,7 @@ struct config {
     int64_t lock_delay;       /* ms an expired session's holds stay unavailable */
     int64_t failover_delay;   /* ms without grants after a failover; 0: one lock-lease */
     int64_t backend_timeout;  /* ms */
+    int64_t min_replicas_ack; /* replicas WAIT must confirm a grant on before it is answered; 0: none */
     char *requirepass;        /* client password, or NULL */
     char *adminpass;          /* password of the operator verbs (it also satisfies requirepass), or NULL */
     int64_t maxclients;

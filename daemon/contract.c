@@ -20,6 +20,13 @@ size_t contract_session_key(char *buf, size_t len, const char *prefix, const cha
     return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
 }
 
+size_t contract_ack_key(char *buf, size_t len, const char *prefix, const char *id)
+{
+    int n = snprintf(buf, len, "%s{%s}:ack", prefix, id);
+
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
 /* --- ARGV of the batch, and of the operations in the order of the header of each script */
 
 void contract_batch_head(const char **head, const char *prefix, const char *id, const char *deadline,

@@ -29,6 +29,9 @@ size_t contract_key(char *buf, size_t len, const char *prefix, const char *name,
 /* Formats the key of the record of session sid (scripts/session.lua) into buf. Returns its length. */
 size_t contract_session_key(char *buf, size_t len, const char *prefix, const char *sid);
 
+/* Formats the key that daemon id writes before each WAIT of min-replicas-ack (ack.c) into buf. Returns its length. */
+size_t contract_ack_key(char *buf, size_t len, const char *prefix, const char *id);
+
 /* --- ARGV of the batch script and of its operations */
 
 #define CONTRACT_HEAD 4 /* the batch's own arguments, before its operations' */

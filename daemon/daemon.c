@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "ack.h"
 #include "admin.h"
 #include "batch.h"
 #include "cmd.h"
@@ -151,6 +152,7 @@ void daemon_free(struct dlockd *d)
     conn_close_all(d);
     session_free_all(d);
     wait_free_all(d);
+    ack_free(d);
     latch_free_all(d);
     record_free_all(d);
     redis_free(d->redis);

@@ -22,6 +22,7 @@ struct evhttp;
 struct args;
 struct idrec;
 struct hooks;
+struct ack;
 
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(idrec_list, idrec);
@@ -34,6 +35,7 @@ struct dlockd {
     struct server *server;      /* listeners */
     struct redis *redis;        /* the Redis link */
     struct batcher *batcher;    /* script operations of this turn of the loop (batch.c) */
+    struct ack *ack;            /* answers held for min-replicas-ack (ack.c); NULL before the first */
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */
     struct event *watchdog;     /* feeds systemd's watchdog, when asked */

@@ -21,11 +21,11 @@ static const char *const outcome_names[OUT_COUNT] = { "ok", "busy", "timeout", "
 
 static json_t *info_doc(struct dlockd *d)
 {
-    json_t *requests = json_object();
+    json_t *requests = json_object(), *doc;
 
     for (int v = 0; v < VERB_NVERBS; v++)
         json_object_set_new(requests, proto_verb_name((enum proto_verb)v), json_integer((json_int_t)d->stats.requests[v]));
-    return json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+    doc = json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:I, s:s, s:s, s:s, s:b, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                     "version", PACKAGE_VERSION, "id", d->id, "uptime_ms", (json_int_t)(now_ms() - d->started),
                     "connections", d->nconns, "sessions", (json_int_t)dict_size(d->sessions), "holds",
                     (json_int_t)d->nholds, "waiters", (json_int_t)dict_size(d->waits), "backend",
@@ -35,6 +35,9 @@ static json_t *info_doc(struct dlockd *d)
                     (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",
                     (json_int_t)d->stats.expired_sessions, "lost", (json_int_t)d->stats.lost, "renewed",
                     (json_int_t)d->stats.renewed);
+    json_object_set_new(doc, "ack_rounds", json_integer((json_int_t)d->stats.ack_rounds));
+    json_object_set_new(doc, "ack_refused", json_integer((json_int_t)d->stats.ack_refused));
+    return doc;
 }
 
 static char *dump(json_t *doc)
@@ -151,6 +154,9 @@ void info_metrics(struct dlockd *d, struct evbuffer *out)
     metric(out, "dlockd_timeouts_total", "counter", "Waits that ended in TIMEOUT.", st->timeouts);
     metric(out, "dlockd_renewals_total", "counter", "Renewal script calls.", st->renewals);
     metric(out, "dlockd_renewed_leases_total", "counter", "Leases renewed in Redis.", st->renewed);
+    metric(out, "dlockd_ack_rounds_total", "counter", "Rounds of SET and WAIT for min-replicas-ack.", st->ack_rounds);
+    metric(out, "dlockd_ack_refused_total", "counter", "Grants undone because too few replicas confirmed them.",
+           st->ack_refused);
     metric(out, "dlockd_expired_sessions_total", "counter", "Sessions that expired.", st->expired_sessions);
     metric(out, "dlockd_lost_holds_total", "counter", "Holds lost while their session lived.", st->lost);
     metric(out, "dlockd_connections", "gauge", "Open client connections.", (uint64_t)d->nconns);

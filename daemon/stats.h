@@ -33,6 +33,8 @@ struct stats {
     uint64_t lost;                  /* holds lost while their session lived */
     uint64_t renewals;              /* renew script calls */
     uint64_t renewed;               /* leases renewed */
+    uint64_t ack_rounds;            /* SET and WAIT rounds of min-replicas-ack */
+    uint64_t ack_refused;           /* grants undone for want of replicas' acks */
     struct histo backend;           /* Redis round trip of a script */
     struct histo handoff;           /* release script sent -> queued waiter answered */
     struct histo waited;            /* LOCK/ACQUIRE arrived -> granted (long bounds) */

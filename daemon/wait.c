@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ack.h"
 #include "conn.h"
 #include "deadlock.h"
 #include "dict.h"
@@ -206,16 +207,19 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         req_err(r, PROTO_EBACKEND, "unexpected grant from Redis");
     } else {
         uint64_t sent = redis_answering_sent(d->redis);
+        struct ack_grant ag = { w->hid, w->k, nt, w->names, tok };
+        char body[3 * CONTRACT_LIST_MAX];
         d->stats.grants++;
         histo_add_in(&d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
         if (w->phase != WAIT_SENDING && sent)
             histo_add(&d->stats.handoff, now_us() - sent);
         if (w->kind == WAIT_SEM)
-            req_reply(r, "OK", "token=%s held=%s free=%lld", g->tokens, g->counts, g->free);
+            snprintf(body, sizeof(body), "OK token=%s held=%s free=%lld", g->tokens, g->counts, g->free);
         else if (w->nnames > 1)
-            req_reply(r, "OK", "tokens=%s counts=%s", g->tokens, g->counts);
+            snprintf(body, sizeof(body), "OK tokens=%s counts=%s", g->tokens, g->counts);
         else
-            req_reply(r, "OK", "token=%s count=%s", g->tokens, g->counts);
+            snprintf(body, sizeof(body), "OK token=%s count=%s", g->tokens, g->counts);
+        ack_answer(r, &ag, body);
     }
     wait_free(w);
 }

@@ -1,0 +1,253 @@
+/* ack.c - min-replicas-ack: the answer to a grant waits for a round of SET
+ * and WAIT on the script connection. Redis applies writes in one order and
+ * replicates them in that order, so a round sent after a grant reached this
+ * daemon confirms it, whichever connection wrote it: one round serves every
+ * answer held when it starts, and those that come meanwhile wait for the next. */
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/event.h>
+
+#include "ack.h"
+#include "conn.h"
+#include "contract.h"
+#include "dlockd.h"
+#include "hold.h"
+#include "log.h"
+#include "redis.h"
+
+#define ACK_KEY_TTL "60000" /* ms the round's key lives: it is written only to be replicated */
+
+/* An answer held until a round confirms its grant. */
+struct held {
+    struct req *r;             /* the request to answer */
+    const char *body;          /* its answer */
+    const char *hid;           /* the hold granted */
+    long long k;               /* counts granted on each name */
+    int nnames;
+    int in_round;              /* in the round in flight, not the next */
+    TAILQ_ENTRY(held) link;
+    const char *v[];           /* nnames names, then nnames tokens; then the strings */
+};
+
+TAILQ_HEAD(held_list, held);
+
+struct ack {
+    struct held_list next;     /* answers for the next round */
+    struct held_list round;    /* answers the round in flight confirms */
+    int inflight;              /* a round was sent and its WAIT has not answered */
+    uint64_t seq;              /* rounds sent: the value of the key */
+    uint64_t written;          /* seq of the last round whose SET Redis applied */
+    long long want;            /* replicas the round in flight asks for */
+    struct event *start;       /* starts a round once this turn of the loop is over */
+};
+
+static void round_start(evutil_socket_t fd, short what, void *arg);
+
+static struct ack *ack_get(struct dlockd *d)
+{
+    struct ack *a = d->ack;
+
+    if (a == NULL) {
+        if ((a = d->ack = calloc(1, sizeof(*a))) == NULL ||
+            (a->start = event_new(d->base, -1, 0, round_start, d)) == NULL)
+            fatalx("ack: out of memory");
+        TAILQ_INIT(&a->next);
+        TAILQ_INIT(&a->round);
+    }
+    return a;
+}
+
+/* Copies str to *p and moves *p past its '\0'; returns the copy. */
+static const char *put(char **p, const char *str)
+{
+    char *copy = *p;
+    size_t n = strlen(str) + 1;
+
+    memcpy(copy, str, n);
+    *p += n;
+    return copy;
+}
+
+static struct held *held_new(struct req *r, const struct ack_grant *g, const char *body)
+{
+    size_t size = sizeof(struct held) + 2 * (size_t)g->nnames * sizeof(char *) + strlen(body) + strlen(g->hid) + 2;
+    struct held *e;
+    char *p;
+
+    for (int i = 0; i < g->nnames; i++)
+        size += strlen(g->names[i]) + strlen(g->tokens[i]) + 2;
+    if ((e = calloc(1, size)) == NULL)
+        fatalx("ack: out of memory");
+    p = (char *)&e->v[2 * g->nnames];
+    e->r = r;
+    e->k = g->k;
+    e->nnames = g->nnames;
+    e->body = put(&p, body);
+    e->hid = put(&p, g->hid);
+    for (int i = 0; i < g->nnames; i++) {
+        e->v[i] = put(&p, g->names[i]);
+        e->v[g->nnames + i] = put(&p, g->tokens[i]);
+    }
+    return e;
+}
+
+static void held_remove(struct ack *a, struct held *e)
+{
+    if (e->in_round)
+        TAILQ_REMOVE(&a->round, e, link);
+    else
+        TAILQ_REMOVE(&a->next, e, link);
+    e->r->gone = NULL;
+}
+
+/* Takes back the counts e granted: here, and in Redis (where the token guards a later hold). */
+static void undo(struct dlockd *d, const struct held *e, const char *why)
+{
+    for (int i = 0; i < e->nnames; i++) {
+        const char *name = e->v[i], *token = e->v[e->nnames + i];
+        const struct hold *h = hold_find(d, name, e->hid);
+
+        log_info("audit: undone name=%s hid=%s token=%s reason=%s", name, e->hid, token, why);
+        if (h && h->token == strtoull(token, NULL, 10))
+            hold_count(d, name, e->hid, h->count - e->k);
+        hold_release(d, name, e->hid, token, 0, e->k, 0);
+    }
+}
+
+/* Its connection went before the answer could be given: the grant is undone. */
+static void on_gone(struct req *r)
+{
+    struct held *e = r->ctx;
+
+    held_remove(r->d->ack, e);
+    undo(r->d, e, "gone");
+    req_drop(r);
+    free(e);
+}
+
+/* Answers every request of the round in flight: OK, or ERR BACKEND why after undoing its grant. */
+static void round_end(struct dlockd *d, const char *why)
+{
+    struct ack *a = d->ack;
+    struct held *e;
+
+    while ((e = TAILQ_FIRST(&a->round)) != NULL) {
+        held_remove(a, e);
+        if (why == NULL) {
+            req_send(e->r, e->body);
+        } else {
+            d->stats.ack_refused++;
+            undo(d, e, "replicas");
+            req_err(e->r, PROTO_EBACKEND, "%s", why);
+        }
+        free(e);
+    }
+}
+
+static void on_written(struct dlockd *d, redisReply *r, void *arg)
+{
+    if (r && r->type == REDIS_REPLY_STATUS)
+        d->ack->written = (uint64_t)(uintptr_t)arg;
+}
+
+static void on_waited(struct dlockd *d, redisReply *r, void *arg)
+{
+    struct ack *a = d->ack;
+    char why[160];
+
+    (void)arg;
+    a->inflight = 0;
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER || a->written != a->seq) {
+        round_end(d, "Redis did not confirm the grant to its replicas in time; it is undone");
+    } else if (r->integer < a->want) {
+        snprintf(why, sizeof(why), "only %lld of %lld replicas confirmed the grant (min-replicas-ack); it is undone",
+                 r->integer, a->want);
+        round_end(d, why);
+    } else {
+        round_end(d, NULL);
+    }
+    round_start(-1, 0, d);
+}
+
+/* WAIT gives up a quarter of backend-timeout before its call's deadline,
+ * which would put the link in jeopardy when only the replicas are slow. */
+static long long wait_ms(const struct dlockd *d)
+{
+    return d->cfg.backend_timeout - d->cfg.backend_timeout / 4;
+}
+
+/* Sends a round for the answers held, unless one is in flight: SET of this
+ * daemon's key, then WAIT, pipelined on the script connection. */
+static void round_start(evutil_socket_t fd, short what, void *arg)
+{
+    struct dlockd *d = arg;
+    struct ack *a = d->ack;
+    char key[CONTRACT_KEY_MAX], seq[24], n[24], ms[24];
+    const char *set[] = { "SET", key, seq, "PX", ACK_KEY_TTL }, *wait[] = { "WAIT", n, ms };
+    struct held *e;
+
+    (void)fd;
+    (void)what;
+    if (a->inflight || TAILQ_EMPTY(&a->next))
+        return;
+    TAILQ_FOREACH(e, &a->next, link)
+        e->in_round = 1;
+    TAILQ_CONCAT(&a->round, &a->next, link);
+    a->want = d->cfg.min_replicas_ack;
+    d->stats.ack_rounds++;
+    contract_ack_key(key, sizeof(key), d->cfg.key_prefix, d->id);
+    snprintf(seq, sizeof(seq), "%" PRIu64, ++a->seq);
+    snprintf(n, sizeof(n), "%lld", a->want);
+    snprintf(ms, sizeof(ms), "%lld", wait_ms(d));
+    if (redis_command(d->redis, 5, set, on_written, (void *)(uintptr_t)a->seq) ||
+        redis_command(d->redis, 3, wait, on_waited, NULL)) {
+        round_end(d, redis_unavailable(d->redis));
+        return;
+    }
+    a->inflight = 1;
+}
+
+void ack_answer(struct req *r, const struct ack_grant *g, const char *body)
+{
+    struct dlockd *d = r->d;
+    struct ack *a;
+    struct held *e;
+
+    if (d->cfg.min_replicas_ack == 0) {
+        req_send(r, body);
+        return;
+    }
+    a = ack_get(d);
+    e = held_new(r, g, body);
+    TAILQ_INSERT_TAIL(&a->next, e, link);
+    r->gone = on_gone;
+    r->quit = NULL;
+    r->ctx = e;
+    if (!a->inflight)
+        event_active(a->start, EV_TIMEOUT, 0);
+}
+
+void ack_free(struct dlockd *d)
+{
+    struct ack *a = d->ack;
+    struct held *e;
+
+    if (a == NULL)
+        return;
+    while ((e = TAILQ_FIRST(&a->next)) != NULL) {
+        TAILQ_REMOVE(&a->next, e, link);
+        free(e);
+    }
+    while ((e = TAILQ_FIRST(&a->round)) != NULL) {
+        TAILQ_REMOVE(&a->round, e, link);
+        free(e);
+    }
+    event_free(a->start);
+    free(a);
+    d->ack = NULL;
+}
