@@ -204,8 +204,8 @@ static void round_start(evutil_socket_t fd, short what, void *arg)
     snprintf(seq, sizeof(seq), "%" PRIu64, ++a->seq);
     snprintf(n, sizeof(n), "%lld", a->want);
     snprintf(ms, sizeof(ms), "%lld", wait_ms(d));
-    if (redis_command(d->redis, 5, set, on_written, (void *)(uintptr_t)a->seq) ||
-        redis_command(d->redis, 3, wait, on_waited, NULL)) {
+    if (redis_command(d->redis, 0, 5, set, on_written, (void *)(uintptr_t)a->seq) ||
+        redis_command(d->redis, 0, 3, wait, on_waited, NULL)) {
         round_end(d, redis_unavailable(d->redis));
         return;
     }

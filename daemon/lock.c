@@ -101,10 +101,14 @@ void lock_lock(struct req *r)
         req_err(r, PROTO_EDEADLOCK, "waiting would close a cycle of waits on this server");
         return;
     }
-    if (spans_slots(r))
-        multi_lock(r, s, mode);
-    else
+    if (spans_slots(r)) {
+        int slots[PROTO_MAX_NAMES];
+        for (int i = 0; i < r->pr.nnames; i++)
+            slots[i] = batch_slot(r->d, r->pr.names[i]);
+        multi_lock(r, s, mode, slots);
+    } else {
         wait_submit(wait_new(r, s, WAIT_LOCK, mode));
+    }
 }
 
 void lock_acquire(struct req *r)

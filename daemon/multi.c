@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
 #include "conn.h"
 #include "dlockd.h"
 #include "hold.h"
@@ -51,6 +50,19 @@ static void sort_by_slot(struct multi *m)
     }
 }
 
+static void free_multi(struct multi *m)
+{
+    reserve(m, -m->reserved);
+    for (int i = 0; i < m->nnames; i++)
+        free(m->names[i]);
+    free(m);
+}
+
+static void on_granted(void *arg, struct req *r, char *const *tokens, char *const *counts);
+static void on_failed(void *arg, struct req *r);
+
+static const struct wait_parent as_parent = { on_granted, on_failed };
+
 /* Sends the wait for the names of the next slot. */
 static void send_next(struct multi *m, struct req *r)
 {
@@ -65,11 +77,12 @@ static void send_next(struct multi *m, struct req *r)
     m->sent += n;
     reserve(m, -n);
     w = wait_new_names(r, m->s, WAIT_LOCK, m->mode, n, names);
-    w->multi = m;
+    w->parent = &as_parent;
+    w->parent_arg = m;
     wait_submit(w);
 }
 
-void multi_lock(struct req *r, struct session *s, char mode)
+void multi_lock(struct req *r, struct session *s, char mode, const int *slots)
 {
     struct multi *m = calloc(1, sizeof(*m));
 
@@ -83,7 +96,7 @@ void multi_lock(struct req *r, struct session *s, char mode)
     for (int i = 0; i < m->nnames; i++) {
         if ((m->names[i] = strdup(r->pr.names[i])) == NULL)
             fatalx("multi: out of memory");
-        m->slot[i] = batch_slot(r->d, m->names[i]);
+        m->slot[i] = slots[i];
     }
     sort_by_slot(m);
     reserve(m, m->nnames);
@@ -104,8 +117,11 @@ static void answer(struct multi *m, struct req *r)
     req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
 }
 
-void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *const *counts)
+/* The wait of m's current slot was granted: on to the next slot, or the answer. */
+static void on_granted(void *arg, struct req *r, char *const *tokens, char *const *counts)
 {
+    struct multi *m = arg;
+
     for (int i = m->granted; i < m->sent; i++) {
         int at = m->order[i];
         snprintf(m->tokens[at], sizeof(m->tokens[at]), "%s", tokens[i - m->granted]);
@@ -117,7 +133,7 @@ void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *co
         return;
     }
     answer(m, r);
-    multi_free(m);
+    free_multi(m);
 }
 
 static void on_undone(struct dlockd *d, const struct contract_reply *rep, void *arg)
@@ -127,8 +143,10 @@ static void on_undone(struct dlockd *d, const struct contract_reply *rep, void *
     req_unhold(arg);
 }
 
-void multi_fail(struct multi *m, struct req *r)
+static void on_failed(void *arg, struct req *r)
 {
+    struct multi *m = arg;
+
     for (int i = 0; i < m->granted; i++) {
         int at = m->order[i];
         const struct hold *h = hold_find(m->d, m->names[at], m->hid);
@@ -143,13 +161,5 @@ void multi_fail(struct multi *m, struct req *r)
     }
     if (m->granted)
         log_debug("multi %s: %d names of earlier slots released", m->hid, m->granted);
-    multi_free(m);
-}
-
-void multi_free(struct multi *m)
-{
-    reserve(m, -m->reserved);
-    for (int i = 0; i < m->nnames; i++)
-        free(m->names[i]);
-    free(m);
+    free_multi(m);
 }

@@ -3,24 +3,15 @@
 #ifndef DLOCKD_MULTI_H
 #define DLOCKD_MULTI_H
 
-struct multi;
 struct req;
 struct session;
 
-/* Starts r's LOCK (mode x or s) of names in more than one slot, for session s. */
-void multi_lock(struct req *r, struct session *s, char mode);
 /*
- * The wait of m's current slot was granted tokens and counts (one per name,
- * in the wait's order) to r: goes on to the next slot, or answers r.
+ * Starts r's LOCK (mode x or s) for session s of names in more than one
+ * slot; slots has the slot of each of r's names. A failure releases what
+ * earlier slots were granted, and r's answer waits until Redis has released
+ * them, so that whoever hears it can take them.
  */
-void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *const *counts);
-/*
- * m's request r (NULL when none) failed or went away: releases what m's
- * earlier slots were granted, and frees m. r's answer waits until Redis has
- * released them, so that whoever hears it can take them.
- */
-void multi_fail(struct multi *m, struct req *r);
-/* Frees m, releasing nothing (shutdown). */
-void multi_free(struct multi *m);
+void multi_lock(struct req *r, struct session *s, char mode, const int *slots);
 
 #endif

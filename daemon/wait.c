@@ -14,7 +14,6 @@
 #include "dict.h"
 #include "dlockd.h"
 #include "log.h"
-#include "multi.h"
 #include "record.h"
 #include "redis.h"
 #include "session.h"
@@ -117,8 +116,8 @@ static void wait_free(struct wait *w)
         w->req->gone = w->req->quit = NULL;
     deadline_cancel(d->deadlines, &w->timeout);
     deadline_cancel(d->deadlines, &w->retry);
-    if (w->multi)
-        multi_fail(w->multi, NULL);
+    if (w->parent)
+        w->parent->failed(w->parent_arg, NULL);
     free(w);
 }
 
@@ -131,9 +130,9 @@ static struct req *wait_take_req(struct wait *w)
     w->req = NULL;
     if (r)
         r->gone = r->quit = NULL;
-    if (w->multi) {
-        multi_fail(w->multi, r);
-        w->multi = NULL;
+    if (w->parent) {
+        w->parent->failed(w->parent_arg, r);
+        w->parent = NULL;
     }
     return r;
 }
@@ -167,14 +166,14 @@ static void grant_one(struct session *s, const struct wait *w, int i, const char
 static void wait_granted(struct wait *w, const struct contract_grant *g)
 {
     struct dlockd *d = w->d;
-    int quit_multi = w->multi && w->intent == WAIT_QUITTING;
-    struct multi *m = quit_multi ? NULL : w->multi;
+    int quit_multi = w->parent && w->intent == WAIT_QUITTING;
+    const struct wait_parent *m = quit_multi ? NULL : w->parent;
     struct req *r;
     struct session *s;
     char tbuf[CONTRACT_LIST_MAX], cbuf[CONTRACT_LIST_MAX], *tok[PROTO_MAX_NAMES], *cnt[PROTO_MAX_NAMES];
     int nt, nc, undo;
 
-    w->multi = m ? NULL : w->multi;
+    w->parent = m ? NULL : w->parent;
     r = wait_take_req(w); /* fails the LOCK across slots of a QUIT */
     s = r ? req_session(r) : NULL;
     undo = r == NULL || r->c == NULL || s == NULL || quit_multi;
@@ -197,13 +196,13 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
     if (undo) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
         if (m)
-            multi_fail(m, r);
+            m->failed(w->parent_arg, r);
         if (r)
             req_drop(r);
     } else if (m && nt == w->nnames) {
-        multi_granted(m, r, tok, cnt);
+        m->granted(w->parent_arg, r, tok, cnt);
     } else if (m) {
-        multi_fail(m, r);
+        m->failed(w->parent_arg, r);
         req_err(r, PROTO_EBACKEND, "unexpected grant from Redis");
     } else {
         uint64_t sent = redis_answering_sent(d->redis);

@@ -13,7 +13,6 @@
 #include "proto.h"
 
 struct dlockd;
-struct multi;
 struct req;
 struct session;
 
@@ -36,6 +35,17 @@ enum wait_intent {
     WAIT_ABANDONED, /* timed out, or nobody waits any more */
 };
 
+/*
+ * What answers a wait's request in its place: a LOCK across cluster slots
+ * (multi.c), of which the wait is one slot. granted is told tokens and
+ * counts in the wait's order; failed, once, that the request fails or goes
+ * (r NULL when nobody waits), before r's answer.
+ */
+struct wait_parent {
+    void (*granted)(void *arg, struct req *r, char *const *tokens, char *const *counts);
+    void (*failed)(void *arg, struct req *r);
+};
+
 struct wait {
     struct dlockd *d;
     enum wait_kind kind;
@@ -54,7 +64,8 @@ struct wait {
     enum wait_intent intent;  /* of its client; moved only by wait_intend */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
     struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
-    struct multi *multi;      /* the LOCK across cluster slots it serves one slot of, or NULL */
+    const struct wait_parent *parent; /* answers instead of it, or NULL */
+    void *parent_arg;
     TAILQ_ENTRY(wait) in_session;
     int nnames;
     char *names[];            /* then the strings of hid, client and names */
