@@ -73,12 +73,18 @@ static void each_index(struct session *s, void (*fn)(const char *hid, const char
     }
 }
 
-/* The record of a session said to have moved: when another daemon has it,
- * it goes from here, holds and record left as they are. */
+/* A read of a session's record, to learn whether the session moved. */
+struct check {
+    char sid[DLOCKD_ID_LEN + 1];
+    void (*done)(struct dlockd *d, void *arg);
+    void *arg;
+};
+
+/* When another daemon has the session now, it goes from here, holds and record left as they are. */
 static void on_moved(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
 {
-    char *sid = arg;
-    struct session *s = session_find(d, sid);
+    struct check *ck = arg;
+    struct session *s = session_find(d, ck->sid);
 
     (void)answered;
     /* No record proves nothing: the message may be forged, or Redis lost it. */
@@ -87,19 +93,36 @@ static void on_moved(struct dlockd *d, const struct contract_record *rec, int an
         conn_moved_away(s);
         session_drop(s);
     }
-    free(sid);
+    if (ck->done)
+        ck->done(d, ck->arg);
+    free(ck);
+}
+
+static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, void *arg), void *arg)
+{
+    struct check *ck = malloc(sizeof(*ck));
+
+    if (ck == NULL)
+        fatalx("daemon: out of memory");
+    snprintf(ck->sid, sizeof(ck->sid), "%s", sid);
+    ck->done = done;
+    ck->arg = arg;
+    if (record_fetch(d, sid, on_moved, ck) == 0)
+        return 0;
+    free(ck);
+    return -1;
 }
 
 static void on_message(struct dlockd *d, int latch, const char *msg)
 {
-    char sid[DLOCKD_ID_LEN + 1], *copy;
+    char sid[DLOCKD_ID_LEN + 1];
 
     if (latch) {
         latch_on_message(d, msg);
     } else if (sscanf(msg, "M %16s", sid) == 1) {
         /* Anyone may publish: the record says whether the session moved. */
-        if (session_find(d, sid) && (copy = strdup(sid)) != NULL && record_fetch(d, sid, on_moved, copy))
-            free(copy);
+        if (session_find(d, sid))
+            check_moved(d, sid, NULL, NULL);
     } else if (msg[0] == 'F') {
         oper_on_message(d, msg);
     } else {
@@ -118,6 +141,7 @@ static const struct hooks hooks = {
     .script = batch_op,
     .hold_ended = hold_ended,
     .each_index = each_index,
+    .check_moved = check_moved,
 };
 
 static const struct redis_owner redis_owner = {

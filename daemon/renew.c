@@ -1,7 +1,8 @@
 /* renew.c - every lock-lease/3 one task extends the Redis lease of every hold
  * and queue entry of this daemon, many per script call; what it finds gone is
  * reported lost (holds) or checked again (waits). After a failover it writes
- * the holds back instead, one batch operation each. */
+ * the holds back instead, one batch operation each, once the records of its
+ * sessions showed none moved to another daemon meanwhile. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ struct back {
 };
 
 static int reasserting; /* cycles write holds back until one succeeds whole */
+static int checking;    /* session records being read before holds are written back */
 
 static struct cycle cycle;
 
@@ -391,13 +393,33 @@ void renew_now(struct dlockd *d)
         cy->again = 1;
         return;
     }
-    if (!redis_up(d->redis))
+    if (!redis_up(d->redis) || checking)
         return;
     *cy = (struct cycle){ .d = d, .running = 1, .table = d->names, .reassert = reasserting };
     snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
     redis_renewing(d->redis);
     record_renew(d);
     fill(cy);
+}
+
+static void on_checked(struct dlockd *d, void *arg)
+{
+    (void)arg;
+    if (--checking == 0)
+        renew_now(d);
+}
+
+/* A session that moved to another daemon while this one was cut off from
+ * Redis (its M message lost) is still here: its record says so, and it goes
+ * before its holds are written back for it, taking them from the other. */
+static int check_session(const char *sid, void *val, void *arg)
+{
+    struct dlockd *d = arg;
+    const struct session *s = val;
+
+    if (!TAILQ_EMPTY(&s->holds) && d->hooks->check_moved(d, sid, on_checked, NULL) == 0)
+        checking++;
+    return 0;
 }
 
 void renew_failover(struct dlockd *d)
@@ -423,7 +445,9 @@ void renew_failover(struct dlockd *d)
             batch_free(cy->b);
         cy->b = NULL;
     }
-    renew_now(d);
+    checking++;
+    dict_each(d->sessions, check_session, d);
+    on_checked(d, NULL);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

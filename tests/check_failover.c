@@ -1,6 +1,7 @@
 /* check_failover.c - sessions that outlive their daemon: resumed on another dlockd sharing the
  * Redis (its holds kept and renewed there, the old connection told * BYE reason=moved), after a
  * kill -9, and across a SIGTERM and restart; forged or wrong resumes refused. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,6 +307,40 @@ START_TEST(test_moved_then_ended)
 }
 END_TEST
 
+/*
+ * A session that moved to another daemon while its first daemon heard
+ * nothing (its M message lost), then a failover: the stale copy left there
+ * must not write the session's holds back as its own. It did: the hold's
+ * daemon became the stale one, and the client's UNLOCK on the daemon it
+ * is on was refused. The record says where the session lives now.
+ */
+START_TEST(test_moved_session_not_written_back)
+{
+    struct h_redis *r = h_redis_start(H_ARGS("--appendonly", "yes", "--appendfsync", "always"));
+    const char *const *args = H_ARGS("--lock-lease", "3s", "--failover-delay", "300ms");
+    struct h_dlockd *stale = h_dlockd_start(r->port, args), *d2 = h_dlockd_start(r->port, args);
+    struct h_conn *a = H_CLIENT(stale, "name=mover ttl=60s"), *a2;
+    const char *done[] = { "every hold of this daemon is on the new master", NULL };
+
+    H_LOCK_NEW(a, "moving");
+    kill(stale->pid, SIGSTOP); /* from now on it hears nothing */
+    a2 = resume_on(d2, a);
+    h_close(a);
+    kill(d2->pid, SIGSTOP);
+    h_redis_kill(r);
+    h_redis_restart(r); /* the same data, another run_id: as a failover to an up-to-date replica */
+    kill(d2->pid, SIGCONT);
+    ck_assert_int_eq(h_log_wait(d2, done, 1, 10000), 1);
+    kill(stale->pid, SIGCONT);
+    ck_assert_int_eq(h_log_wait(stale, done, 1, 10000), 1);
+    H_REQ(a2, "OK count=0", "UNLOCK moving");
+    ck_assert_int_eq(h_log_count(stale, H_ARGS("session moved to daemon")), 1);
+    h_dlockd_stop(stale);
+    h_dlockd_stop(d2);
+    h_redis_stop(r);
+}
+END_TEST
+
 static Suite *failover_suite(void)
 {
     Suite *s = suite_create("failover");
@@ -326,6 +361,7 @@ static Suite *failover_suite(void)
     tcase_add_test(tc, test_dead_waiter_dequeued);
     tcase_add_test(tc, test_dead_daemon_holds_for_ttl);
     tcase_add_test(tc, test_moved_then_ended);
+    tcase_add_test(tc, test_moved_session_not_written_back);
     suite_add_tcase(s, tc);
     return s;
 }
