@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ack.h"
 #include "conn.h"
 #include "dlockd.h"
 #include "hold.h"
@@ -105,16 +106,19 @@ void multi_lock(struct req *r, struct session *s, char mode, const int *slots)
 
 static void answer(struct multi *m, struct req *r)
 {
-    char tokens[CONTRACT_LIST_MAX], counts[CONTRACT_LIST_MAX];
+    char list[2][CONTRACT_LIST_MAX], body[2 * CONTRACT_LIST_MAX + 32], *tokens[PROTO_MAX_NAMES];
+    struct ack_grant ag = { m->hid, 1, m->nnames, m->names, tokens };
     size_t tl = 0, cl = 0;
 
     for (int i = 0; i < m->nnames; i++) {
-        tl += (size_t)snprintf(tokens + tl, sizeof(tokens) - tl, "%s%s", i ? "," : "", m->tokens[i]);
-        cl += (size_t)snprintf(counts + cl, sizeof(counts) - cl, "%s%lld", i ? "," : "", m->counts[i]);
+        tokens[i] = m->tokens[i];
+        tl += (size_t)snprintf(list[0] + tl, sizeof(list[0]) - tl, "%s%s", i ? "," : "", m->tokens[i]);
+        cl += (size_t)snprintf(list[1] + cl, sizeof(list[1]) - cl, "%s%lld", i ? "," : "", m->counts[i]);
     }
     m->d->stats.grants++;
     histo_add_in(&m->d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
-    req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
+    snprintf(body, sizeof(body), "OK tokens=%s counts=%s", list[0], list[1]);
+    ack_answer(r, &ag, body);
 }
 
 /* The wait of m's current slot was granted: on to the next slot, or the answer. */
