@@ -11,7 +11,8 @@ struct session;
 void multi_lock(struct req *r, struct session *s, char mode);
 /*
  * The wait of m's current slot was granted tokens and counts (one per name,
- * in the wait's order) to r: goes on to the next slot, or answers r.
+ * in the wait's order) to r: goes on to the next slot, or answers r; TIMEOUT,
+ * releasing them all, when a hold of an earlier slot ended meanwhile.
  */
 void multi_granted(struct multi *m, struct req *r, char *const *tokens, char *const *counts);
 /* m's request failed or went away: releases what m's earlier slots were granted, and frees m. */

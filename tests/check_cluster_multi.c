@@ -1,5 +1,6 @@
 /* check_cluster_multi.c - a LOCK of names in several Redis Cluster slots under attack: reentrant and shared
- * holds given back exactly, QUIT, KILL and a resume elsewhere mid-way, limits that come back to zero, and many clients locking overlapping sets in random orders. */
+ * holds given back exactly, QUIT, KILL and a resume elsewhere mid-way, lease= running out on an earlier slot,
+ * limits that come back to zero, and many clients locking overlapping sets in random orders. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +241,31 @@ START_TEST(test_resume_elsewhere_mid_multi)
 }
 END_TEST
 
+/* lease= on a LOCK across slots whose last slot waits longer than the lease: the first slot's hold ends
+ * (another client takes that name), so the LOCK must not answer OK with that name's token. */
+START_TEST(test_lease_ends_before_last_slot)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s", NULL), *d2 = start_on(C->port[1], "3s", NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob"), *c = H_CLIENT(d2, "name=carol");
+    char n[3][64];
+    const char *r;
+
+    wait_up(a);
+    wait_up(b);
+    names_by_slot("lease", n);
+    H_LOCK_NEW(b, n[2]);
+    h_send(a, "LOCK %s %s lease=1s wait=10s\r\n", n[0], n[2]);
+    ck_assert(h_wait_waiters(c, n[2], 1, 5000));
+    H_REQ(c, "OK token=%* count=1", "LOCK %s wait=5s", n[0]); /* once alice's lease on it ends */
+    H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
+    r = H_REPLY(a, "%*", 5000);
+    ck_assert_msg(strncmp(r, "OK", 2) != 0, "granted %s although carol holds %s: %s", n[2], n[0], r);
+    H_REQ(c, "OK count=0", "UNLOCK %s", n[0]);
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
 /* The next reply of c that is not an event, which must be an ERR LIMIT, says the session or the server
  * waits for no more holds: what LOCKs across slots reserved has all come back. */
 static void reserved_zero(struct h_conn *c, const char *pattern)
@@ -376,6 +402,7 @@ static Suite *cluster_multi_suite(void)
     tcase_add_test(live, test_counts_come_back);
     tcase_add_test(live, test_quit_mid_multi);
     tcase_add_test(live, test_kill_mid_multi);
+    tcase_add_test(live, test_lease_ends_before_last_slot);
     tcase_add_test(live, test_reservations_return);
     tcase_add_test(live, test_random_sets_no_deadlock);
     if (getenv("CHECK_MULTI_KNOWN"))
