@@ -1,6 +1,7 @@
 /* check_cluster_multi.c - a LOCK of names in several Redis Cluster slots under attack: reentrant and shared
  * holds given back exactly, QUIT, KILL and a resume elsewhere mid-way, lease= running out on an earlier slot,
- * limits that come back to zero, and many clients locking overlapping sets in random orders. */
+ * pipelined LOCKs of one owner, limits that come back to zero, and many clients locking
+ * overlapping sets in random orders. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,8 +260,47 @@ START_TEST(test_lease_ends_before_last_slot)
     H_REQ(c, "OK token=%* count=1", "LOCK %s wait=5s", n[0]); /* once alice's lease on it ends */
     H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
     r = H_REPLY(a, "%*", 5000);
-    ck_assert_msg(strncmp(r, "OK", 2) != 0, "granted %s although carol holds %s: %s", n[2], n[0], r);
+    ck_assert_msg(strcmp(r, "TIMEOUT") == 0, "granted %s although carol holds %s: %s", n[2], n[0], r);
+    ck_assert(is_free(b, n[2]));
     H_REQ(c, "OK count=0", "UNLOCK %s", n[0]);
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
+/*
+ * KNOWN BUG, not in make check (CHECK_MULTI_KNOWN=1 runs it): two tagged LOCKs of one owner across the same
+ * slots, pipelined, both waiting for the last slot. When it frees, the last name is granted to both, then one
+ * of the waits is rechecked ("checking its grant or queue entry") and granted again: the name ends with a
+ * count of 3 for two LOCKs (UNLOCK answers counts=1,1,2). Not the multi's own: two single-name tagged
+ * LOCKs of one owner queued on one name get count=2 and count=3 the same way.
+ */
+START_TEST(test_pipelined_same_owner)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s", NULL), *d2 = start_on(C->port[1], "3s", NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob"), *c = H_CLIENT(d2, "name=carol");
+    char n[3][64];
+
+    wait_up(a);
+    wait_up(b);
+    names_by_slot("pipe", n);
+    H_LOCK_NEW(b, n[2]);
+    h_send(a, "#1 LOCK %s %s %s wait=10s\r\n#2 LOCK %s %s %s wait=10s\r\n", n[0], n[1], n[2], n[2], n[1], n[0]);
+    H_SILENT(a, 300);
+    H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
+    for (int i = 0; i < 2; i++)
+        ck_assert_ptr_nonnull(h_reply(a, 5000));
+    H_REQ(a, "OK counts=1,1,1", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+
+    H_LOCK_NEW(b, n[2]);
+    h_send(a, "#1 LOCK %s %s %s wait=10s\r\n#2 LOCK %s %s %s wait=400ms\r\n", n[0], n[1], n[2], n[0], n[1], n[2]);
+    H_REPLY(a, "#2 TIMEOUT", 5000);
+    H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
+    H_REPLY(a, "#1 OK tokens=%* counts=1,1,1", 5000);
+    H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
+    for (int i = 0; i < 3; i++)
+        ck_assert(is_free(c, n[i]));
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }
@@ -407,6 +447,8 @@ static Suite *cluster_multi_suite(void)
     tcase_add_test(live, test_random_sets_no_deadlock);
     if (getenv("CHECK_MULTI_KNOWN"))
         tcase_add_test(live, test_resume_elsewhere_mid_multi);
+    if (getenv("CHECK_MULTI_KNOWN"))
+        tcase_add_test(live, test_pipelined_same_owner);
     suite_add_tcase(s, live);
     return s;
 }
