@@ -121,10 +121,25 @@ static void answer(struct multi *m, struct req *r)
     ack_answer(r, &ag, body);
 }
 
-/* The wait of m's current slot was granted: on to the next slot, or the answer. */
+/* Whether a hold of m's earlier slots ended (its lease= ran out, or it was lost) before m was answered. */
+static int earlier_lost(const struct multi *m, int before)
+{
+    for (int i = 0; i < before; i++) {
+        int at = m->order[i];
+        const struct hold *h = hold_find(m->d, m->names[at], m->hid);
+
+        if (h == NULL || h->token != strtoull(m->tokens[at], NULL, 10))
+            return 1;
+    }
+    return 0;
+}
+
+/* The wait of m's current slot was granted: on to the next slot, or the answer; TIMEOUT, releasing them
+ * all, when a hold of an earlier slot ended meanwhile. */
 static void on_granted(void *arg, struct req *r, char *const *tokens, char *const *counts)
 {
     struct multi *m = arg;
+    int before = m->granted;
 
     for (int i = m->granted; i < m->sent; i++) {
         int at = m->order[i];
@@ -132,6 +147,15 @@ static void on_granted(void *arg, struct req *r, char *const *tokens, char *cons
         m->counts[at] = atoll(counts[i - m->granted]);
     }
     m->granted = m->sent;
+    if (earlier_lost(m, before)) {
+        /* Its OK would name a hold that is gone, maybe someone else's now. */
+        log_info("audit: timeout name=%s names=%d session=%s client=%s", m->names[m->order[0]], m->nnames, m->s->id,
+                 m->s->name);
+        m->d->stats.timeouts++;
+        on_failed(m, r);
+        req_reply(r, "TIMEOUT", NULL);
+        return;
+    }
     if (m->sent < m->nnames) {
         send_next(m, r);
         return;
