@@ -14,6 +14,7 @@
 #include "hold.h"
 #include "log.h"
 #include "multi.h"
+#include "record.h"
 #include "session.h"
 #include "wait.h"
 
@@ -112,6 +113,8 @@ static void answer(struct multi *m, struct req *r)
 
     for (int i = 0; i < m->nnames; i++) {
         tokens[i] = m->tokens[i];
+        if (m->counts[i] == 1) /* a new hold: the session's now, for a resume elsewhere to adopt */
+            record_granted(m->s, m->hid, m->names[i], m->tokens[i]);
         tl += (size_t)snprintf(list[0] + tl, sizeof(list[0]) - tl, "%s%s", i ? "," : "", m->tokens[i]);
         cl += (size_t)snprintf(list[1] + cl, sizeof(list[1]) - cl, "%s%lld", i ? "," : "", m->counts[i]);
     }

@@ -148,13 +148,17 @@ static int split(char *s, char **out, int max)
 }
 
 /* Records the grant of w's i-th name to s: a new hold goes into the session's record with its
- * token, and into the audit trail. */
-static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count)
+ * token (unless its parent records it once answered), and into the audit trail. */
+static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count,
+                      int record)
 {
     const struct hold *h = hold_find(w->d, w->names[i], w->hid);
+    int reentry = h != NULL && h->token == strtoull(token, NULL, 10); /* the record has it */
 
-    if (h == NULL || h->token != strtoull(token, NULL, 10))
+    if (!reentry && record)
         record_granted(s, w->hid, w->names[i], token);
+    else if (!reentry) /* nor is it waited for: a resume elsewhere must not adopt it by its waiter */
+        record_index(s, w->hid, w->names[i], 0);
     hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
     log_info("audit: grant name=%s session=%s client=%s mode=%c token=%s count=%s", w->names[i], s->id, s->name,
              w->hid[0], token, count);
@@ -191,7 +195,7 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         if (undo)
             hold_release(d, w->names[i], w->hid, tok[i], 0, w->k, 0);
         else
-            grant_one(s, w, i, tok[i], cnt[i]);
+            grant_one(s, w, i, tok[i], cnt[i], m == NULL);
     }
     if (undo) {
         log_debug("wait %s: granted after its request was gone: undone", w->wid);
