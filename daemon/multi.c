@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ack.h"
 #include "conn.h"
 #include "dlockd.h"
 #include "hold.h"
@@ -105,16 +106,20 @@ void multi_lock(struct req *r, struct session *s, char mode, const int *slots)
 
 static void answer(struct multi *m, struct req *r)
 {
-    char tokens[CONTRACT_LIST_MAX], counts[CONTRACT_LIST_MAX];
+    char tokens[CONTRACT_LIST_MAX], counts[CONTRACT_LIST_MAX], body[2 * CONTRACT_LIST_MAX + 32];
+    char *tok[PROTO_MAX_NAMES];
+    struct ack_grant g = { m->hid, 1, m->nnames, m->names, tok };
     size_t tl = 0, cl = 0;
 
     for (int i = 0; i < m->nnames; i++) {
+        tok[i] = m->tokens[i];
         tl += (size_t)snprintf(tokens + tl, sizeof(tokens) - tl, "%s%s", i ? "," : "", m->tokens[i]);
         cl += (size_t)snprintf(counts + cl, sizeof(counts) - cl, "%s%lld", i ? "," : "", m->counts[i]);
     }
     m->d->stats.grants++;
     histo_add_in(&m->d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
-    req_reply(r, "OK", "tokens=%s counts=%s", tokens, counts);
+    snprintf(body, sizeof(body), "OK tokens=%s counts=%s", tokens, counts);
+    ack_answer(r, &g, body); /* min-replicas-ack: once every slot's master had its replicas confirm */
 }
 
 /* The wait of m's current slot was granted: on to the next slot, or the answer. */
