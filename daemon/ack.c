@@ -1,8 +1,10 @@
 /* ack.c - min-replicas-ack: the answer to a grant waits for a round of SET
- * and WAIT on the script connection. Redis applies writes in one order and
- * replicates them in that order, so a round sent after a grant reached this
- * daemon confirms it, whichever connection wrote it: one round serves every
- * answer held when it starts, and those that come meanwhile wait for the next. */
+ * and WAIT on each master its grant went to (every master of a cluster when
+ * that is not known). A master applies writes in one order and replicates
+ * them in that order, so a SET it applies after a grant, followed by WAIT
+ * on the same connection, confirms the grant, whichever connection wrote
+ * it: one round serves every answer held when it starts, and those that
+ * come meanwhile wait for the next. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include "redis.h"
 
 #define ACK_KEY_TTL "60000" /* ms the round's key lives: it is written only to be replicated */
+#define TAG_TRIES 16384     /* hash tags tried to find a key on each master; a master of fewer slots may have none */
 
 /* An answer held until a round confirms its grant. */
 struct held {
@@ -39,10 +42,14 @@ TAILQ_HEAD(held_list, held);
 struct ack {
     struct held_list next;     /* answers for the next round */
     struct held_list round;    /* answers the round in flight confirms */
-    int inflight;              /* a round was sent and its WAIT has not answered */
-    uint64_t seq;              /* rounds sent: the value of the key */
-    uint64_t written;          /* seq of the last round whose SET Redis applied */
+    int pending;               /* calls of the round in flight not answered yet */
+    uint64_t seq;              /* rounds sent: the value of the keys */
     long long want;            /* replicas the round in flight asks for */
+    uint64_t routing;          /* redis_routing when the round in flight started */
+    char why[200];             /* why the round in flight fails; "" while it may succeed */
+    int tags_known;            /* tag[] was found once */
+    uint64_t tags_routing;     /* redis_routing tag[] was found for */
+    int tag[REDIS_NODES_MAX];  /* per node, the k of a key P{ID.k}:ack it serves; -1: none */
     struct event *start;       /* starts a round once this turn of the loop is over */
 };
 
@@ -149,10 +156,32 @@ static void round_end(struct dlockd *d, const char *why)
     }
 }
 
+/* Marks the round in flight failed, unless it failed already. */
+static void round_fail(struct ack *a, const char *why)
+{
+    if (a->why[0] == '\0')
+        snprintf(a->why, sizeof(a->why), "%s", why);
+}
+
+/* One call of the round in flight was answered: the last one ends the round and starts the next. */
+static void round_answered(struct dlockd *d)
+{
+    struct ack *a = d->ack;
+
+    if (--a->pending > 0)
+        return;
+    if (redis_routing(d->redis) != a->routing)
+        round_fail(a, "the Redis Cluster slot table changed while the replicas were asked; the grant is undone");
+    round_end(d, a->why[0] ? a->why : NULL);
+    event_active(a->start, EV_TIMEOUT, 0);
+}
+
 static void on_written(struct dlockd *d, redisReply *r, void *arg)
 {
-    if (r && r->type == REDIS_REPLY_STATUS)
-        d->ack->written = (uint64_t)(uintptr_t)arg;
+    (void)arg;
+    if (r == NULL || r->type != REDIS_REPLY_STATUS)
+        round_fail(d->ack, "Redis did not confirm the grant to its replicas in time; it is undone");
+    round_answered(d);
 }
 
 static void on_waited(struct dlockd *d, redisReply *r, void *arg)
@@ -161,17 +190,14 @@ static void on_waited(struct dlockd *d, redisReply *r, void *arg)
     char why[160];
 
     (void)arg;
-    a->inflight = 0;
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER || a->written != a->seq) {
-        round_end(d, "Redis did not confirm the grant to its replicas in time; it is undone");
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+        round_fail(a, "Redis did not confirm the grant to its replicas in time; it is undone");
     } else if (r->integer < a->want) {
         snprintf(why, sizeof(why), "only %lld of %lld replicas confirmed the grant (min-replicas-ack); it is undone",
                  r->integer, a->want);
-        round_end(d, why);
-    } else {
-        round_end(d, NULL);
+        round_fail(a, why);
     }
-    round_start(-1, 0, d);
+    round_answered(d);
 }
 
 /* WAIT gives up a quarter of backend-timeout before its call's deadline,
@@ -181,35 +207,113 @@ static long long wait_ms(const struct dlockd *d)
     return d->cfg.backend_timeout - d->cfg.backend_timeout / 4;
 }
 
-/* Sends a round for the answers held, unless one is in flight: SET of this
- * daemon's key, then WAIT, pipelined on the script connection. */
+/* The key P{ID.k}:ack: this daemon's own, in the slot of the tag ID.k. */
+static void tag_key(const struct dlockd *d, int k, char *key, size_t len)
+{
+    char tag[64];
+
+    snprintf(tag, sizeof(tag), "%s.%d", d->id, k);
+    contract_ack_key(key, len, d->cfg.key_prefix, tag);
+}
+
+/* Finds, once per slot table, a k whose key each node serves: ID.0, ID.1, ... in turn. */
+static void tags_find(struct dlockd *d, struct ack *a)
+{
+    char key[CONTRACT_KEY_MAX];
+    int left = redis_nodes(d->redis), node;
+
+    if (a->tags_known && a->tags_routing == redis_routing(d->redis))
+        return;
+    a->tags_known = 1;
+    a->tags_routing = redis_routing(d->redis);
+    for (int i = 0; i < REDIS_NODES_MAX; i++)
+        a->tag[i] = -1;
+    for (int k = 0; k < TAG_TRIES && left > 0; k++) {
+        tag_key(d, k, key, sizeof(key));
+        node = redis_node_of(d->redis, redis_slot(d->redis, key));
+        if (node >= 0 && node < REDIS_NODES_MAX && a->tag[node] < 0) {
+            a->tag[node] = k;
+            left--;
+        }
+    }
+}
+
+/* The nodes the grants of the round went to, as a bit each; all of them when that is not sure. */
+static uint32_t round_nodes(struct dlockd *d, const struct ack *a)
+{
+    int n = redis_nodes(d->redis), node;
+    uint32_t all = n >= 32 ? UINT32_MAX : (1u << n) - 1, nodes = 0;
+    char key[CONTRACT_KEY_MAX];
+    const struct held *e;
+
+    if (!redis_routing_settled(d->redis))
+        return all;
+    TAILQ_FOREACH(e, &a->round, link) {
+        if (e->nnames == 0)
+            return all;
+        for (int i = 0; i < e->nnames; i++) {
+            contract_key(key, sizeof(key), d->cfg.key_prefix, e->v[i], 'x');
+            if ((node = redis_node_of(d->redis, redis_slot(d->redis, key))) < 0)
+                return all;
+            nodes |= 1u << node;
+        }
+    }
+    return nodes;
+}
+
+/* SET of the node's key, then WAIT, pipelined on that node's connection. */
+static void node_send(struct dlockd *d, struct ack *a, int node)
+{
+    char key[CONTRACT_KEY_MAX], seq[24], n[24], ms[24];
+    const char *set[] = { "SET", key, seq, "PX", ACK_KEY_TTL }, *wait[] = { "WAIT", n, ms };
+
+    if (a->tag[node] < 0) {
+        round_fail(a, "no key of this daemon lives on one of the Redis Cluster masters; the grant is undone");
+        return;
+    }
+    tag_key(d, a->tag[node], key, sizeof(key));
+    snprintf(seq, sizeof(seq), "%" PRIu64, a->seq);
+    snprintf(n, sizeof(n), "%lld", a->want);
+    snprintf(ms, sizeof(ms), "%lld", wait_ms(d));
+    if (redis_command(d->redis, node, 5, set, on_written, NULL)) {
+        round_fail(a, redis_unavailable(d->redis));
+        return;
+    }
+    a->pending++;
+    if (redis_command(d->redis, node, 3, wait, on_waited, NULL)) {
+        round_fail(a, redis_unavailable(d->redis));
+        return;
+    }
+    a->pending++;
+}
+
+/* Sends a round for the answers held, unless one is in flight: SET and WAIT on each node it needs. */
 static void round_start(evutil_socket_t fd, short what, void *arg)
 {
     struct dlockd *d = arg;
     struct ack *a = d->ack;
-    char key[CONTRACT_KEY_MAX], seq[24], n[24], ms[24];
-    const char *set[] = { "SET", key, seq, "PX", ACK_KEY_TTL }, *wait[] = { "WAIT", n, ms };
     struct held *e;
+    uint32_t nodes;
 
     (void)fd;
     (void)what;
-    if (a->inflight || TAILQ_EMPTY(&a->next))
+    if (a->pending || TAILQ_EMPTY(&a->next))
         return;
     TAILQ_FOREACH(e, &a->next, link)
         e->in_round = 1;
     TAILQ_CONCAT(&a->round, &a->next, link);
     a->want = d->cfg.min_replicas_ack;
+    a->routing = redis_routing(d->redis);
+    a->why[0] = '\0';
+    a->seq++;
     d->stats.ack_rounds++;
-    contract_ack_key(key, sizeof(key), d->cfg.key_prefix, d->id);
-    snprintf(seq, sizeof(seq), "%" PRIu64, ++a->seq);
-    snprintf(n, sizeof(n), "%lld", a->want);
-    snprintf(ms, sizeof(ms), "%lld", wait_ms(d));
-    if (redis_command(d->redis, 0, 5, set, on_written, (void *)(uintptr_t)a->seq) ||
-        redis_command(d->redis, 0, 3, wait, on_waited, NULL)) {
-        round_end(d, redis_unavailable(d->redis));
-        return;
-    }
-    a->inflight = 1;
+    nodes = round_nodes(d, a);
+    tags_find(d, a);
+    a->pending = 1; /* so that no answer ends the round while it is sent */
+    for (int node = 0; node < redis_nodes(d->redis) && a->why[0] == '\0'; node++)
+        if (nodes & (1u << node))
+            node_send(d, a, node);
+    round_answered(d);
 }
 
 void ack_answer(struct req *r, const struct ack_grant *g, const char *body)
@@ -228,7 +332,7 @@ void ack_answer(struct req *r, const struct ack_grant *g, const char *body)
     r->gone = on_gone;
     r->quit = NULL;
     r->ctx = e;
-    if (!a->inflight)
+    if (!a->pending)
         event_active(a->start, EV_TIMEOUT, 0);
 }
 

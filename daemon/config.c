@@ -315,9 +315,6 @@ static int validate(const struct config *cfg, char *err, size_t errlen)
     if (cfg->cluster.n > 0 && (cfg->redis_given || cfg->sentinels.n > 0))
         return fail(err, errlen, "config", "cluster", cfg->redis_given ? "excludes redis: the seeds name the nodes"
                                                                        : "excludes sentinel: a cluster fails over by itself");
-    if (cfg->cluster.n > 0 && cfg->min_replicas_ack > 0)
-        return fail(err, errlen, "config", "min-replicas-ack",
-                    "not with cluster: WAIT confirms the writes of one master, and dlockd does not yet send one per master");
     for (int i = 0; i < cfg->cluster.n; i++)
         if (cfg->cluster.addr[i].is_unix)
             return fail(err, errlen, "config", "cluster", "expected HOST:PORT: nodes name each other by TCP address");

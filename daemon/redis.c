@@ -57,6 +57,7 @@ struct redis {
     int nmasters;              /* with cluster: the masters the handshake loaded, in table order */
     struct cluster_node masters[REDIS_NODES_MAX];
     int master_slot[REDIS_NODES_MAX]; /* a slot each master serves, to reach it */
+    uint64_t redirects_at_table; /* MOVED and ASK the router had followed when its table was last installed */
     int pending;               /* with cluster: handshake calls not answered yet */
     unsigned epoch;            /* counts handshakes: a reply of an older one is stale */
     unsigned sub_next;         /* with cluster: the node the next pub/sub connection tries */
@@ -981,6 +982,8 @@ static void on_refreshed(struct dlockd *d, int ok)
     struct redis *rd = d->redis;
     const struct cluster_node *n;
 
+    if (ok)
+        rd->redirects_at_table = cluster_stats(rd->cluster)->moved + cluster_stats(rd->cluster)->asked;
     if (rd->closed || rd->state == LINK_DOWN)
         return;
     if (rd->state == LINK_HANDSHAKE && rd->sub == NULL) {
@@ -1006,6 +1009,41 @@ int redis_slots(const struct redis *rd)
 int redis_slot(const struct redis *rd, const char *key)
 {
     return rd->cluster ? cluster_slot(key, strlen(key)) : 0;
+}
+
+int redis_node_of(const struct redis *rd, int slot)
+{
+    const struct cluster_node *n, *m;
+
+    if (rd->cluster == NULL)
+        return 0;
+    if ((n = cluster_node_for_slot(rd->cluster, slot)) == NULL)
+        return -1;
+    for (int i = 0; i < rd->nmasters; i++)
+        if ((m = cluster_node_for_slot(rd->cluster, rd->master_slot[i])) != NULL && m->port == n->port &&
+            strcmp(m->host, n->host) == 0)
+            return i;
+    return -1;
+}
+
+uint64_t redis_routing(const struct redis *rd)
+{
+    const struct cluster_stats *st;
+
+    if (rd->cluster == NULL)
+        return rd->epoch;
+    st = cluster_stats(rd->cluster);
+    return rd->epoch + st->refreshes + st->failures + st->moved + st->asked;
+}
+
+int redis_routing_settled(const struct redis *rd)
+{
+    const struct cluster_stats *st;
+
+    if (rd->cluster == NULL)
+        return 1;
+    st = cluster_stats(rd->cluster);
+    return !cluster_refreshing(rd->cluster) && st->moved + st->asked == rd->redirects_at_table;
 }
 
 /* The sentinels' answer: the master to connect to, or why there is none. */

@@ -59,6 +59,16 @@ const char *redis_unavailable(const struct redis *rd);
 int redis_slots(const struct redis *rd);
 /* The slot of key (0..redis_slots-1): Redis Cluster refuses a call whose keys are in two. */
 int redis_slot(const struct redis *rd, const char *key);
+/* The node (of redis_nodes, as redis_command takes it) that serves slot now; -1 when none known. */
+int redis_node_of(const struct redis *rd, int slot);
+/* Changes whenever calls may go elsewhere than before: a handshake, a new slot table, a redirect. */
+uint64_t redis_routing(const struct redis *rd);
+/*
+ * 1 when every write since the slot table was installed went to the master
+ * the table names for its slot (no refresh running, no MOVED or ASK since);
+ * always 1 without cluster.
+ */
+int redis_routing_settled(const struct redis *rd);
 
 /* 1 when redis_script may be called now. */
 int redis_accepts(const struct redis *rd);

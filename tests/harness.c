@@ -445,15 +445,18 @@ static int h_send_all(int fd, const char *data, size_t len)
     return 0;
 }
 
-static char *h_redis_cmd_timed(int port, int timeout_ms, int argc, const char *const *argv)
+/* The command on a new connection; after READONLY (a cluster replica then serves its own keys) when readonly. */
+static char *h_redis_cmd_timed(int port, int timeout_ms, int readonly, int argc, const char *const *argv)
 {
     struct h_rconn *rc = calloc(1, sizeof *rc);
-    struct h_sb req = {0}, out = {0};
+    struct h_sb req = {0}, out = {0}, skip = {0};
     char head[64];
     int ret = -1;
 
     rc->fd = h_tcp_connect(port);
     rc->deadline = h_now_ms() + timeout_ms;
+    if (readonly)
+        h_sb_add(&req, "*1\r\n$8\r\nREADONLY\r\n", 18);
     snprintf(head, sizeof head, "*%d\r\n", argc);
     h_sb_add(&req, head, strlen(head));
     for (int i = 0; i < argc; i++) {
@@ -464,8 +467,9 @@ static char *h_redis_cmd_timed(int port, int timeout_ms, int argc, const char *c
     }
     if (rc->fd >= 0 && h_send_all(rc->fd, req.s, req.len) == 0) {
         h_sb_add(&out, "", 0);
-        ret = h_rc_value(rc, &out);
+        ret = readonly && h_rc_value(rc, &skip) <= 0 ? -1 : h_rc_value(rc, &out);
     }
+    free(skip.s);
     int e = errno;
     if (rc->fd >= 0)
         close(rc->fd);
@@ -481,7 +485,7 @@ static char *h_redis_cmd_timed(int port, int timeout_ms, int argc, const char *c
 
 char *h_redis_cmdv(int port, int argc, const char *const *argv)
 {
-    return h_redis_cmd_timed(port, H_TIMEOUT, argc, argv);
+    return h_redis_cmd_timed(port, H_TIMEOUT, 0, argc, argv);
 }
 
 /* Collects the NULL-terminated arguments after cmd. */
@@ -493,6 +497,19 @@ static int h_collect_args(const char **argv, int max, const char *cmd, va_list a
         argv[argc++] = a;
     return argc;
 }
+
+char *h_redis_cmd_replica(int port, const char *cmd, ...)
+{
+    const char *argv[64];
+    va_list ap;
+    int argc;
+
+    va_start(ap, cmd);
+    argc = h_collect_args(argv, 64, cmd, ap);
+    va_end(ap);
+    return h_redis_cmd_timed(port, H_TIMEOUT, 1, argc, argv);
+}
+
 
 char *h_redis_cmd(int port, const char *cmd, ...)
 {
@@ -623,7 +640,7 @@ static int h_redis_spawn(struct h_redis *r)
 
         if (h_exited(&r->pid))
             return 0;
-        reply = h_redis_cmd_timed(r->port, 500, 1, ping);
+        reply = h_redis_cmd_timed(r->port, 500, 0, 1, ping);
         /* NOAUTH: it runs, with requirepass. */
         if (reply != NULL && (strcmp(reply, "PONG") == 0 || strncmp(reply, "-NOAUTH", 7) == 0)) {
             free(reply);

@@ -123,6 +123,8 @@ void h_redis_resume(struct h_redis *r);
  */
 char *h_redis_cmd(int port, const char *cmd, ...) __attribute__((sentinel));
 char *h_redis_cmdv(int port, int argc, const char *const *argv);
+/* As h_redis_cmd, after READONLY on the same connection: a Redis Cluster replica answers of its own keys. */
+char *h_redis_cmd_replica(int port, const char *cmd, ...) __attribute__((sentinel));
 /* The reply as an integer (nil is 0); LLONG_MIN on error or a non-number. */
 long long h_redis_int(int port, const char *cmd, ...) __attribute__((sentinel));
 /* calls= of cmdstat_<cmd> in INFO commandstats (0 when absent); -1 on error. */
