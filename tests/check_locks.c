@@ -636,6 +636,31 @@ START_TEST(test_stress_counter)
 }
 END_TEST
 
+/*
+ * Two waits of one owner on one name, handed it by a release on another daemon: the second is a reentry of
+ * the hold the first made. Its grant, heard by pub/sub, was confirmed by the waiter the hold names, which is
+ * the first's only: the second was sent again and re-entered once more, count 3 for two LOCKs.
+ */
+START_TEST(test_reentry_waits_handed_across)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, NULL), *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice"), *b = H_CLIENT(d2, "name=bob");
+
+    for (int round = 0; round < 5; round++) {
+        H_LOCK_NEW(b, "twice");
+        h_send(a, "#1 LOCK twice wait=10s\r\n#2 LOCK twice wait=10s\r\n");
+        ck_assert(h_wait_waiters(b, "twice", 2, 5000));
+        H_REQ(b, "OK count=0", "UNLOCK twice");
+        H_REPLY(a, "#1 OK token=%d count=%d", 5000);
+        H_REPLY(a, "#2 OK token=%d count=%d", 5000);
+        H_REQ(a, "OK count=1", "UNLOCK twice");
+        H_REQ(a, "OK count=0", "UNLOCK twice");
+    }
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
 static Suite *locks_suite(void)
 {
     Suite *s = suite_create("locks");
@@ -672,6 +697,7 @@ static Suite *locks_suite(void)
     tcase_add_test(cfg, test_limit_maxclients);
     tcase_add_test(cfg, test_key_prefix);
     tcase_add_test(cfg, test_no_polling);
+    tcase_add_test(cfg, test_reentry_waits_handed_across);
     suite_add_tcase(s, cfg);
 
     tcase_add_checked_fixture(stress, h_setup_both, h_teardown);

@@ -21,7 +21,7 @@ end
 local tokens, counts, leases = {}, {}, {}
 for i, s in ipairs(S) do
     local v = redis.call('HGET', s.h, hid)
-    if not v or hold_decode(v).wid ~= wid then
+    if not v or not granted_to(hold_decode(v), wid) then
         return reply('GONE')
     end
     local h = hold_decode(v)

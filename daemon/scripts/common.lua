@@ -12,7 +12,8 @@
 -- (declared; the scripts derive them from the names).
 --
 -- Keys of a name, all sharing the hash tag {name}:
---   h  hash   hid -> "count token since lease bounded daemon wid client"
+--   h  hash   hid -> "count token since lease bounded daemon wids client"; wids: the waiter that
+--             made the hold, then (comma-separated) the last WIDS_KEPT waiters granted a reentry
 --   x  zset   hid or "@"..wid -> Redis time (ms) at which its lease ends
 --   q  zset   wid -> arrival number (FIFO order)
 --   w  hash   wid -> "hid k lease bounded client name..."; "#seq" = last arrival
@@ -277,6 +278,35 @@ end
 -- left is the shortest lease taken over (ms; -1 when every hold got its
 -- whole lease): a daemon that finds it short checks the grant before it
 -- answers OK, which starts the lease again (cancel.lua).
+-- The waiters a hold was granted to that cancel.lua recognises: its maker and the last few reentries, so
+-- that several waits of one owner on one name, granted at once, are each confirmed once. The bound is the
+-- server's, not the client's.
+local WIDS_KEPT = 8
+
+local function granted_to(h, wid)
+    for w in string.gmatch(h.wid, '[^,]+') do
+        if w == wid then
+            return true
+        end
+    end
+    return false
+end
+
+-- A reentry granted to waiter wid: the hold remembers it for cancel.lua.
+local function remember_waiter(s, hid, wid)
+    local h = hold_decode(redis.call('HGET', s.h, hid))
+    local kept = {}
+    for w in string.gmatch(h.wid, '[^,]+') do
+        table.insert(kept, w)
+    end
+    table.insert(kept, wid)
+    if #kept > WIDS_KEPT + 1 then
+        table.remove(kept, 2)
+    end
+    h.wid = table.concat(kept, ',')
+    redis.call('HSET', s.h, hid, hold_encode(h))
+end
+
 local function grant_waiter(wid, w, group)
     local tokens, counts, daemon, left = {}, {}, waiter_daemon(wid), -1
     for i, s in ipairs(group) do
@@ -290,6 +320,9 @@ local function grant_waiter(wid, w, group)
         end
         dequeue(s, wid)
         tokens[i], counts[i] = grant(s, w.hid, w.k, expiry, w.lease, w.bounded, daemon, wid, w.client)
+        if tonumber(counts[i]) > tonumber(w.k) then
+            remember_waiter(s, w.hid, wid)
+        end
     end
     local t, c, free = table.concat(tokens, ','), table.concat(counts, ','), 0
     if string.sub(w.hid, 1, 1) == 'p' then
