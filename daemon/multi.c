@@ -112,7 +112,11 @@ static void answer(struct multi *m, struct req *r)
     size_t tl = 0, cl = 0;
 
     for (int i = 0; i < m->nnames; i++) {
+        struct hold *h = hold_find(m->d, m->names[i], m->hid);
+
         tokens[i] = m->tokens[i];
+        if (h)
+            h->untold = 0;
         if (m->counts[i] == 1) /* a new hold: the session's now, for a resume elsewhere to adopt */
             record_granted(m->s, m->hid, m->names[i], m->tokens[i]);
         tl += (size_t)snprintf(list[0] + tl, sizeof(list[0]) - tl, "%s%s", i ? "," : "", m->tokens[i]);
