@@ -43,9 +43,6 @@ TAILQ_HEAD(req_list, req);
 struct queued {
     TAILQ_ENTRY(queued) link;
     uint64_t arrived;                 /* monotonic ms */
-    int holds;                        /* calls its answer waits for (req_hold) */
-    int dropped;                      /* req_drop came while held */
-    char *held;                       /* its answer, sent when the holds end */
     size_t len;                       /* bytes in line */
     char line[];
 };

@@ -31,6 +31,7 @@ struct hold {
     TAILQ_ENTRY(hold) in_name;
     unsigned long long token;  /* fencing token of the grant */
     uint64_t since;            /* monotonic ms of the grant that created it, for the hold time histogram */
+    int untold;                /* made by one slot of a LOCK across slots not answered yet (multi.c) */
     char hid[];                /* mode, session id, ':', owner */
 };
 

@@ -112,7 +112,11 @@ static void answer(struct multi *m, struct req *r)
     size_t tl = 0, cl = 0;
 
     for (int i = 0; i < m->nnames; i++) {
+        struct hold *h = hold_find(m->d, m->names[i], m->hid);
+
         tokens[i] = m->tokens[i];
+        if (h)
+            h->untold = 0;
         if (m->counts[i] == 1) /* a new hold: the session's now, for a resume elsewhere to adopt */
             record_granted(m->s, m->hid, m->names[i], m->tokens[i]);
         tl += (size_t)snprintf(list[0] + tl, sizeof(list[0]) - tl, "%s%s", i ? "," : "", m->tokens[i]);
@@ -185,10 +189,13 @@ static void on_failed(void *arg, struct req *r)
         /* Undone: exactly the count it added, as a grant nobody waits for. */
         if (h && h->token == strtoull(m->tokens[at], NULL, 10))
             hold_count(m->d, m->names[at], m->hid, h->count - 1);
-        if (r == NULL)
+        if (r == NULL) {
             hold_release(m->d, m->names[at], m->hid, m->tokens[at], 0, 1, 0);
-        else if (hold_release_then(m->d, m->names[at], m->hid, m->tokens[at], 1, on_undone, r) == 0)
-            req_hold(r);
+            continue;
+        }
+        req_hold(r); /* first: a batch that fills up is sent at once, and one that fails answers at once */
+        if (hold_release_then(m->d, m->names[at], m->hid, m->tokens[at], 1, on_undone, r))
+            req_unhold(r);
     }
     if (m->granted)
         log_debug("multi %s: %d names of earlier slots released", m->hid, m->granted);

@@ -148,11 +148,12 @@ static int split(char *s, char **out, int max)
 }
 
 /* Records the grant of w's i-th name to s: a new hold goes into the session's record with its
- * token (unless its parent records it once answered), and into the audit trail. */
+ * token (unless its parent records it once answered, the hold untold till then), and into the
+ * audit trail. */
 static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count,
                       int record)
 {
-    const struct hold *h = hold_find(w->d, w->names[i], w->hid);
+    struct hold *h = hold_find(w->d, w->names[i], w->hid);
     int reentry = h != NULL && h->token == strtoull(token, NULL, 10); /* the record has it */
 
     if (!reentry && record)
@@ -160,6 +161,9 @@ static void grant_one(struct session *s, const struct wait *w, int i, const char
     else if (!reentry) /* nor is it waited for: a resume elsewhere must not adopt it by its waiter */
         record_index(s, w->hid, w->names[i], 0);
     hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
+    h = hold_find(w->d, w->names[i], w->hid);
+    if (record || !reentry)
+        h->untold = !record;
     log_info("audit: grant name=%s session=%s client=%s mode=%c token=%s count=%s", w->names[i], s->id, s->name,
              w->hid[0], token, count);
 }
@@ -544,7 +548,7 @@ int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who,
 
     if (ln)
         TAILQ_FOREACH(h, &ln->holds, in_name)
-            if (h->s == s && strcmp(h->hid + 1, who) == 0)
+            if (h->s == s && strcmp(h->hid + 1, who) == 0 && !(sending_only && h->untold))
                 return 1;
     TAILQ_FOREACH(o, &s->waits, in_session) {
         if (o == skip || strcmp(o->hid + 1, who) != 0 || (sending_only && o->phase != WAIT_SENDING))

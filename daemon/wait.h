@@ -86,7 +86,7 @@ struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kin
  * Whether this daemon knows of a hold of session s and owner who
  * (session:owner) on name, or of a wait of theirs for it other than skip:
  * any, or with sending_only one whose script is in flight and may grant it
- * before a script sent now runs.
+ * before a script sent now runs (and no hold the client was not told of).
  */
 int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who, const char *name,
                      const struct wait *skip, int sending_only);

@@ -272,12 +272,6 @@ local function dequeue(s, wid)
     s.qchanged = true
 end
 
--- Grants waiter wid on every state of group, and tells its daemon. Each hold
--- takes over the lease of its queue entry, which only a live daemon renews:
--- a dead daemon's waiter holds nothing longer than it would have waited.
--- left is the shortest lease taken over (ms; -1 when every hold got its
--- whole lease): a daemon that finds it short checks the grant before it
--- answers OK, which starts the lease again (cancel.lua).
 -- The waiters a hold was granted to that cancel.lua recognises: its maker and the last few reentries, so
 -- that several waits of one owner on one name, granted at once, are each confirmed once. The bound is the
 -- server's, not the client's.
@@ -307,6 +301,12 @@ local function remember_waiter(s, hid, wid)
     redis.call('HSET', s.h, hid, hold_encode(h))
 end
 
+-- Grants waiter wid on every state of group, and tells its daemon. Each hold
+-- takes over the lease of its queue entry, which only a live daemon renews:
+-- a dead daemon's waiter holds nothing longer than it would have waited.
+-- left is the shortest lease taken over (ms; -1 when every hold got its
+-- whole lease): a daemon that finds it short checks the grant before it
+-- answers OK, which starts the lease again (cancel.lua).
 local function grant_waiter(wid, w, group)
     local tokens, counts, daemon, left = {}, {}, waiter_daemon(wid), -1
     for i, s in ipairs(group) do
