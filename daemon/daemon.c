@@ -76,7 +76,7 @@ static void each_index(struct session *s, void (*fn)(const char *hid, const char
 /* A read of a session's record, to learn whether the session moved. */
 struct check {
     char sid[DLOCKD_ID_LEN + 1];
-    void (*done)(struct dlockd *d, void *arg);
+    void (*done)(struct dlockd *d, int answered, void *arg);
     void *arg;
 };
 
@@ -86,7 +86,6 @@ static void on_moved(struct dlockd *d, const struct contract_record *rec, int an
     struct check *ck = arg;
     struct session *s = session_find(d, ck->sid);
 
-    (void)answered;
     /* No record proves nothing: the message may be forged, or Redis lost it. */
     if (s && rec && strcmp(rec->daemon, d->id) != 0) {
         log_info("s%s: session moved to daemon %s", s->id, rec->daemon);
@@ -94,11 +93,12 @@ static void on_moved(struct dlockd *d, const struct contract_record *rec, int an
         session_drop(s);
     }
     if (ck->done)
-        ck->done(d, ck->arg);
+        ck->done(d, answered, ck->arg);
     free(ck);
 }
 
-static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, void *arg), void *arg)
+static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, int answered, void *arg),
+                       void *arg)
 {
     struct check *ck = malloc(sizeof(*ck));
 

@@ -24,7 +24,7 @@ struct hooks {
     void (*hold_ended)(struct session *s, const char *hid, const char *name); /* a hold here ended: unindex it */
     void (*each_index)(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),
                        void *arg); /* what s's record indexes: its holds (token) and its waits' names ("0") */
-    int (*check_moved)(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, void *arg),
+    int (*check_moved)(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, int answered, void *arg),
                        void *arg); /* reads sid's record: gone from here if another daemon has it; then done */
 };
 

@@ -71,6 +71,7 @@ struct back {
 
 static int reasserting; /* cycles write holds back until one succeeds whole */
 static int checking;    /* session records being read before holds are written back */
+static int unchecked;   /* one of those reads had no answer: they are made again first */
 
 static struct cycle cycle;
 
@@ -385,6 +386,42 @@ static void fill(struct cycle *cy)
         end(cy);
 }
 
+static void on_checked(struct dlockd *d, int answered, void *arg)
+{
+    (void)arg;
+    unchecked |= !answered;
+    /* Else the next tick or reconnect reads them again (renew_now). */
+    if (--checking == 0 && !unchecked)
+        renew_now(d);
+}
+
+/* A session that moved to another daemon while this one was cut off from
+ * Redis (its M message lost) is still here: its record says so, and it goes
+ * before its holds are written back for it, taking them from the other. Only
+ * a session with a secret has a record. */
+static int check_session(const char *sid, void *val, void *arg)
+{
+    struct dlockd *d = arg;
+    const struct session *s = val;
+
+    if (TAILQ_EMPTY(&s->holds) || !s->has_secret)
+        return 0;
+    if (d->hooks->check_moved(d, sid, on_checked, NULL) == 0)
+        checking++;
+    else
+        unchecked = 1;
+    return 0;
+}
+
+/* Reads the records of the sessions with holds; the write-back follows. */
+static void check_sessions(struct dlockd *d)
+{
+    unchecked = 0;
+    checking++;
+    dict_each(d->sessions, check_session, d);
+    on_checked(d, 1, NULL);
+}
+
 void renew_now(struct dlockd *d)
 {
     struct cycle *cy = &cycle;
@@ -395,31 +432,15 @@ void renew_now(struct dlockd *d)
     }
     if (!redis_up(d->redis) || checking)
         return;
+    if (reasserting && unchecked) { /* after a link that failed meanwhile: the checks again, first */
+        check_sessions(d);
+        return;
+    }
     *cy = (struct cycle){ .d = d, .running = 1, .table = d->names, .reassert = reasserting };
     snprintf(cy->lease, sizeof(cy->lease), "%lld", (long long)d->cfg.lock_lease);
     redis_renewing(d->redis);
     record_renew(d);
     fill(cy);
-}
-
-static void on_checked(struct dlockd *d, void *arg)
-{
-    (void)arg;
-    if (--checking == 0)
-        renew_now(d);
-}
-
-/* A session that moved to another daemon while this one was cut off from
- * Redis (its M message lost) is still here: its record says so, and it goes
- * before its holds are written back for it, taking them from the other. */
-static int check_session(const char *sid, void *val, void *arg)
-{
-    struct dlockd *d = arg;
-    const struct session *s = val;
-
-    if (!TAILQ_EMPTY(&s->holds) && d->hooks->check_moved(d, sid, on_checked, NULL) == 0)
-        checking++;
-    return 0;
 }
 
 void renew_failover(struct dlockd *d)
@@ -445,9 +466,7 @@ void renew_failover(struct dlockd *d)
             batch_free(cy->b);
         cy->b = NULL;
     }
-    checking++;
-    dict_each(d->sessions, check_session, d);
-    on_checked(d, NULL);
+    check_sessions(d);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
