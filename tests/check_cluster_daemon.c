@@ -111,32 +111,14 @@ START_TEST(test_names_over_masters)
 }
 END_TEST
 
-/* The slot's master, as the node at port sees it. */
-static int master_of(const char *key)
-{
-    char *slot = h_redis_cmd(C->port[0], "CLUSTER", "KEYSLOT", key, NULL);
-    static int map[H_CLUSTER_SLOTS];
-    int s;
-
-    ck_assert_ptr_nonnull(slot);
-    s = atoi(slot);
-    free(slot);
-    ck_assert_int_eq(h_cluster_slot_map(C->port[0], map), 3);
-    return map[s];
-}
-
 /* A name whose keys live on another master than name's: "<base>N" for the first N that does. */
 static void name_elsewhere(const char *name, const char *base, char *out, size_t cap)
 {
-    char key[128];
-    int home;
+    int home = h_cluster_name_master(C, name);
 
-    snprintf(key, sizeof key, "dlock:{%s}:h", name);
-    home = master_of(key);
     for (int i = 0;; i++) {
         snprintf(out, cap, "%s%d", base, i);
-        snprintf(key, sizeof key, "dlock:{%s}:h", out);
-        if (master_of(key) != home)
+        if (h_cluster_name_master(C, out) != home)
             return;
     }
 }
@@ -171,40 +153,6 @@ START_TEST(test_waiter_across_masters)
 }
 END_TEST
 
-/* Three names on three masters: n[0] here, the others where their keys land. */
-static void names_on_masters(char n[3][64])
-{
-    char key[128];
-    int home[3];
-
-    snprintf(n[0], 64, "multi");
-    name_elsewhere(n[0], "multi", n[1], 64);
-    snprintf(key, sizeof key, "dlock:{%s}:h", n[0]);
-    home[0] = master_of(key);
-    snprintf(key, sizeof key, "dlock:{%s}:h", n[1]);
-    home[1] = master_of(key);
-    for (int i = 0;; i++) {
-        snprintf(n[2], 64, "multi.%d", i);
-        snprintf(key, sizeof key, "dlock:{%s}:h", n[2]);
-        home[2] = master_of(key);
-        if (home[2] != home[0] && home[2] != home[1])
-            return;
-    }
-}
-
-/* Whether name is free: a third session takes it at once and gives it back. */
-static int is_free(struct h_conn *c, const char *name)
-{
-    const char *r;
-
-    h_send(c, "LOCK %s wait=0\r\n", name);
-    r = H_REPLY(c, "%*", 5000);
-    if (strncmp(r, "OK", 2) != 0)
-        return 0;
-    H_REQ(c, "OK count=0", "UNLOCK %s", name);
-    return 1;
-}
-
 /* A LOCK of names on three masters: granted with a token each, in the request's order; refused whole (BUSY,
  * TIMEOUT, the client gone) with none of its names left held; an UNLOCK of them all, refused whole for a name
  * not held. */
@@ -219,7 +167,7 @@ START_TEST(test_lock_across_masters)
 
     h_wait_info(a, "\"backend\":\"up\"", 10000);
     h_wait_info(b, "\"backend\":\"up\"", 10000);
-    names_on_masters(n);
+    h_cluster_spread_names(C, "multi", n);
     r = H_REQ(a, "OK tokens=%* counts=1,1,1", "LOCK %s %s %s", n[0], n[1], n[2]);
     ck_assert_int_eq(sscanf(strstr(r, "tokens=") + 7, "%lld,%lld,%lld", &t[0], &t[1], &t[2]), 3);
     for (int i = 0; i < 3; i++) { /* each token is its name's: a reentry repeats it */
@@ -237,7 +185,7 @@ START_TEST(test_lock_across_masters)
         H_REQ(a, "BUSY holder=bob %*", "LOCK %s %s %s wait=0", n[0], n[1], n[2]);
         H_REQ(a, "TIMEOUT", "LOCK %s %s %s wait=300ms", n[2], n[1], n[0]);
         for (int i = 0; i < 3; i++)
-            ck_assert_int_eq(is_free(c, n[i]), i != busy);
+            ck_assert_int_eq(h_is_free(c, n[i]), i != busy);
         H_REQ(b, "OK count=0", "UNLOCK %s", n[busy]);
     }
 
@@ -249,7 +197,7 @@ START_TEST(test_lock_across_masters)
     H_REPLY(a, "OK tokens=%* counts=1,1,1", 5000);
     H_REQ(a, "ERR NOTHELD 'multi-none' %*", "UNLOCK %s multi-none %s", n[0], n[2]);
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(is_free(c, n[i]), 0);
+        ck_assert_int_eq(h_is_free(c, n[i]), 0);
     H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
 
     /* A client that closes while it waits for one master leaves nothing held on the others, although its
@@ -296,7 +244,7 @@ START_TEST(test_across_masters_no_deadlock)
 
     h_wait_info(a, "\"backend\":\"up\"", 10000);
     h_wait_info(b, "\"backend\":\"up\"", 10000);
-    names_on_masters(n);
+    h_cluster_spread_names(C, "multi", n);
     for (int round = 0; round < 30; round++) {
         h_send(a, "LOCK %s %s %s wait=10s\r\n", n[0], n[1], n[2]);
         h_send(b, "LOCK %s %s %s wait=10s\r\n", n[2], n[1], n[0]);
@@ -324,7 +272,7 @@ START_TEST(test_failovers_keep_holds)
     long long tokens[60];
     int map[H_CLUSTER_SLOTS], victim, replica, granted = 0;
     int64_t killed = 0, first_grant = 0;
-    char fresh[64], key[128];
+    char fresh[64];
 
     h_wait_info(a, "\"backend\":\"up\"", 10000);
     h_wait_info(b, "\"backend\":\"up\"", 10000);
@@ -343,8 +291,7 @@ START_TEST(test_failovers_keep_holds)
         } else {
             for (int i = 0;; i++) { /* a name nobody has, on the master to kill */
                 snprintf(fresh, sizeof fresh, "fresh%d", i);
-                snprintf(key, sizeof key, "dlock:{%s}:h", fresh);
-                if (master_of(key) == victim)
+                if (h_cluster_name_master(C, fresh) == victim)
                     break;
             }
             h_cluster_kill(C, victim);

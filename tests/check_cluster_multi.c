@@ -47,67 +47,11 @@ static struct h_conn *operator(const struct h_dlockd *d)
     return c;
 }
 
-/* The hash slot of name's keys. */
-static int slot_of(const char *name)
-{
-    char key[128], *slot;
-    int s;
-
-    snprintf(key, sizeof key, "dlock:{%s}:h", name);
-    slot = h_redis_cmd(C->port[0], "CLUSTER", "KEYSLOT", key, NULL);
-    ck_assert_ptr_nonnull(slot);
-    s = atoi(slot);
-    free(slot);
-    return s;
-}
-
-/* The port of the master of name's slot. */
-static int master_of(const char *name)
-{
-    static int map[H_CLUSTER_SLOTS];
-
-    ck_assert_int_eq(h_cluster_slot_map(C->port[0], map), 3);
-    return map[slot_of(name)];
-}
-
-/* Three names on three masters, in ascending slot order: the order a LOCK of all three takes them in. */
-static void names_by_slot(const char *base, char n[3][64])
-{
-    int home[3], k = 0;
-
-    for (int i = 0; k < 3; i++) {
-        snprintf(n[k], 64, "%s%d", base, i);
-        home[k] = master_of(n[k]);
-        if ((k < 1 || home[k] != home[0]) && (k < 2 || home[k] != home[1]))
-            k++;
-    }
-    for (int i = 1; i < 3; i++) /* insertion sort by slot */
-        for (int j = i; j > 0 && slot_of(n[j - 1]) > slot_of(n[j]); j--) {
-            char t[64];
-            memcpy(t, n[j], 64);
-            memcpy(n[j], n[j - 1], 64);
-            memcpy(n[j - 1], t, 64);
-        }
-}
-
-/* Whether name is free: c takes it at once and gives it back. */
-static int is_free(struct h_conn *c, const char *name)
-{
-    const char *r;
-
-    h_send(c, "LOCK %s wait=0\r\n", name);
-    r = H_REPLY(c, "%*", 5000);
-    if (strncmp(r, "OK", 2) != 0)
-        return 0;
-    H_REQ(c, "OK count=0", "UNLOCK %s", name);
-    return 1;
-}
-
 /* Polls until name is free (c takes it at once), for at most ms. */
 static int free_within(struct h_conn *c, const char *name, int ms)
 {
     for (int64_t end = h_now_ms() + ms; h_now_ms() < end; h_sleep_ms(100))
-        if (is_free(c, name))
+        if (h_is_free(c, name))
             return 1;
     return 0;
 }
@@ -128,7 +72,7 @@ START_TEST(test_counts_come_back)
 
     wait_up(a);
     wait_up(b);
-    names_by_slot("cnt", n);
+    h_cluster_spread_names(C, "cnt", n);
     t0 = H_LOCK_NEW(a, n[0]);
     H_REQ(a, "OK token=%* count=1", "LOCK %s shared", n[1]);
     H_LOCK_NEW(b, n[2]);
@@ -145,7 +89,7 @@ START_TEST(test_counts_come_back)
     H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
     H_REQ(a, "OK count=0", "UNLOCK %s", n[0]);
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(is_free(c, n[i]), 1);
+        ck_assert_int_eq(h_is_free(c, n[i]), 1);
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }
@@ -160,7 +104,7 @@ START_TEST(test_quit_mid_multi)
     char n[3][64];
 
     wait_up(b);
-    names_by_slot("quit", n);
+    h_cluster_spread_names(C, "quit", n);
     H_LOCK_NEW(b, n[2]);
     for (int round = 0; round < 6; round++) {
         q = H_CLIENT(d1, "name=quitter");
@@ -191,7 +135,7 @@ START_TEST(test_kill_mid_multi)
     char n[3][64];
 
     wait_up(b);
-    names_by_slot("kill", n);
+    h_cluster_spread_names(C, "kill", n);
     H_LOCK_NEW(b, n[2]);
     a = H_CLIENT(d1, "name=alice");
     h_send(a, "LOCK %s %s %s wait=30s\r\n", n[0], n[1], n[2]);
@@ -203,7 +147,7 @@ START_TEST(test_kill_mid_multi)
     ck_assert_ptr_nonnull(h_reply_tag(c, "w", 2000)); /* well before the 3 s lease */
     ck_assert_msg(h_match(c->last, "#w OK token=%d count=1"), "%s", c->last);
     H_REQ(c, "OK count=0", "UNLOCK %s", n[0]);
-    ck_assert(is_free(c, n[1]));
+    ck_assert(h_is_free(c, n[1]));
     H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
     h_close(a);
     h_dlockd_stop(d1);
@@ -224,7 +168,7 @@ START_TEST(test_resume_elsewhere_mid_multi)
     char n[3][64];
 
     wait_up(b);
-    names_by_slot("resume", n);
+    h_cluster_spread_names(C, "resume", n);
     H_LOCK_NEW(b, n[2]);
     a = H_CLIENT(d1, "name=alice ttl=60s");
     h_send(a, "LOCK %s %s %s wait=30s\r\n", n[0], n[1], n[2]);
@@ -252,7 +196,7 @@ START_TEST(test_lease_ends_before_last_slot)
 
     wait_up(a);
     wait_up(b);
-    names_by_slot("lease", n);
+    h_cluster_spread_names(C, "lease", n);
     H_LOCK_NEW(b, n[2]);
     h_send(a, "LOCK %s %s lease=1s wait=10s\r\n", n[0], n[2]);
     ck_assert(h_wait_waiters(c, n[2], 1, 5000));
@@ -260,7 +204,7 @@ START_TEST(test_lease_ends_before_last_slot)
     H_REQ(b, "OK count=0", "UNLOCK %s", n[2]);
     r = H_REPLY(a, "%*", 5000);
     ck_assert_msg(strcmp(r, "TIMEOUT") == 0, "granted %s although carol holds %s: %s", n[2], n[0], r);
-    ck_assert(is_free(b, n[2]));
+    ck_assert(h_is_free(b, n[2]));
     H_REQ(c, "OK count=0", "UNLOCK %s", n[0]);
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
@@ -281,7 +225,7 @@ START_TEST(test_pipelined_same_owner)
 
     wait_up(a);
     wait_up(b);
-    names_by_slot("pipe", n);
+    h_cluster_spread_names(C, "pipe", n);
     H_LOCK_NEW(b, n[2]);
     h_send(a, "#1 LOCK %s %s %s wait=10s\r\n#2 LOCK %s %s %s wait=10s\r\n", n[0], n[1], n[2], n[2], n[1], n[0]);
     H_SILENT(a, 300);
@@ -298,7 +242,7 @@ START_TEST(test_pipelined_same_owner)
     H_REPLY(a, "#1 OK tokens=%* counts=1,1,1", 5000);
     H_REQ(a, "OK counts=0,0,0", "UNLOCK %s %s %s", n[0], n[1], n[2]);
     for (int i = 0; i < 3; i++)
-        ck_assert(is_free(c, n[i]));
+        ck_assert(h_is_free(c, n[i]));
     h_dlockd_stop(d1);
     h_dlockd_stop(d2);
 }
@@ -324,7 +268,7 @@ START_TEST(test_reservations_return)
 
     wait_up(a);
     wait_up(b);
-    names_by_slot("res", n);
+    h_cluster_spread_names(C, "res", n);
     H_LOCK_NEW(b, n[2]);
     H_REQ(a, "BUSY %*", "LOCK %s %s %s wait=0", n[0], n[1], n[2]);
     H_REQ(a, "TIMEOUT", "LOCK %s %s %s wait=300ms", n[0], n[1], n[2]);
@@ -378,8 +322,8 @@ START_TEST(test_random_sets_no_deadlock)
         wait_up(cl[i]);
     }
     check = H_CLIENT(d[0], "name=check");
-    names_by_slot("rnd", n);
-    names_by_slot("set", n + 3);
+    h_cluster_spread_names(C, "rnd", n);
+    h_cluster_spread_names(C, "set", n + 3);
     memset(held, -1, sizeof held);
     srand(15);
     for (int64_t end = h_now_ms() + 60000; finished < NCLIENTS;) {
@@ -424,7 +368,7 @@ START_TEST(test_random_sets_no_deadlock)
         }
     }
     for (int x = 0; x < NSET; x++)
-        ck_assert_msg(is_free(check, n[x]), "%s held at the end", n[x]);
+        ck_assert_msg(h_is_free(check, n[x]), "%s held at the end", n[x]);
     for (int i = 0; i < 3; i++)
         h_dlockd_stop(d[i]);
 }
@@ -445,7 +389,7 @@ START_TEST(test_unlock_before_answer)
 
     wait_up(a);
     wait_up(b);
-    names_by_slot("early", n);
+    h_cluster_spread_names(C, "early", n);
     H_LOCK_NEW(b, n[2]);
     h_send(a, "#1 LOCK %s %s wait=10s\r\n", n[0], n[2]);
     ck_assert(h_wait_waiters(c, n[2], 1, 5000));

@@ -1064,6 +1064,54 @@ static int h_mark_slots(const char *slots, int port, int *slot_port)
     return served;
 }
 
+int h_cluster_name_slot(const struct h_cluster *c, const char *name)
+{
+    char key[256], *slot;
+    int s;
+
+    snprintf(key, sizeof key, "dlock:{%s}:h", name);
+    for (int i = 0; i < H_CLUSTER_NODES; i++) {
+        if (c->node[i]->pid == 0 || (slot = h_redis_cmd(c->port[i], "CLUSTER", "KEYSLOT", key, NULL)) == NULL)
+            continue;
+        s = atoi(slot);
+        free(slot);
+        return s;
+    }
+    ck_abort_msg("no cluster node answers CLUSTER KEYSLOT");
+    return -1;
+}
+
+int h_cluster_name_master(const struct h_cluster *c, const char *name)
+{
+    static int map[H_CLUSTER_SLOTS];
+    int slot = h_cluster_name_slot(c, name);
+
+    for (int i = 0; i < H_CLUSTER_NODES; i++)
+        if (c->node[i]->pid != 0 && h_cluster_slot_map(c->port[i], map) > 0 && map[slot] != 0)
+            return map[slot];
+    ck_abort_msg("no cluster node knows the master of slot %d", slot);
+    return 0;
+}
+
+void h_cluster_spread_names(const struct h_cluster *c, const char *base, char n[3][64])
+{
+    int home[3], k = 0;
+
+    for (int i = 0; k < 3; i++) {
+        snprintf(n[k], 64, "%s%d", base, i);
+        home[k] = h_cluster_name_master(c, n[k]);
+        if ((k < 1 || home[k] != home[0]) && (k < 2 || home[k] != home[1]))
+            k++;
+    }
+    for (int i = 1; i < 3; i++) /* insertion sort by slot */
+        for (int j = i; j > 0 && h_cluster_name_slot(c, n[j - 1]) > h_cluster_name_slot(c, n[j]); j--) {
+            char t[64];
+            memcpy(t, n[j], 64);
+            memcpy(n[j], n[j - 1], 64);
+            memcpy(n[j - 1], t, 64);
+        }
+}
+
 int h_cluster_slot_map(int port, int *slot_port)
 {
     struct h_cnode nodes[H_CLUSTER_MAX_SEEN];
@@ -1863,6 +1911,17 @@ int h_json_has(const char *json, const char *needle)
 
     free(c);
     return found;
+}
+
+int h_is_free(struct h_conn *c, const char *name)
+{
+    const char *r = h_request(c, 5000, "LOCK %s wait=0", name);
+
+    ck_assert_msg(r != NULL, "LOCK %s: no answer", name);
+    if (strncmp(r, "OK", 2) != 0)
+        return 0;
+    H_REQ(c, "OK count=0", "UNLOCK %s", name);
+    return 1;
 }
 
 const char *h_wait_info(struct h_conn *c, const char *needle, int timeout_ms)

@@ -214,6 +214,13 @@ int h_cluster_is_master(int port);
 int h_cluster_index(const struct h_cluster *c, int port);
 /* CLUSTER FAILOVER on the replica at port; waits (10 s) until it is master and the cluster agrees. Fails the test otherwise. */
 void h_cluster_failover(struct h_cluster *c, int port);
+/* The hash slot of dlockd's keys for name (key prefix dlock:), from a running node of c. Fails the test if none answers. */
+int h_cluster_name_slot(const struct h_cluster *c, const char *name);
+/* The port of the master that serves name's keys, as a running node of c sees it. */
+int h_cluster_name_master(const struct h_cluster *c, const char *name);
+/* Three names "<base>N" whose keys live on three different masters, in ascending slot order (the order a LOCK
+ * of all three takes them in). */
+void h_cluster_spread_names(const struct h_cluster *c, const char *base, char n[3][64]);
 /* kill -9 of the node at port (h_redis_kill); the cluster notices after its node timeout. */
 void h_cluster_kill(struct h_cluster *c, int port);
 /* Kills every node and frees c (their directories go with h_cleanup). */
@@ -303,6 +310,8 @@ long long h_kv_int(const char *line, const char *key);
 int h_json_has(const char *json, const char *needle);
 /* Polls INFO on c until it contains the compact JSON needle; returns that INFO, or fails the test after timeout_ms. */
 const char *h_wait_info(struct h_conn *c, const char *needle, int timeout_ms);
+/* 1 when c's session takes name at once (LOCK wait=0, then UNLOCK), else 0. */
+int h_is_free(struct h_conn *c, const char *name);
 /* The number after "key": in json; LLONG_MIN when absent. */
 long long h_json_int(const char *json, const char *key);
 /* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
