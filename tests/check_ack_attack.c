@@ -1,5 +1,5 @@
 /* check_ack_attack.c - min-replicas-ack under attack: clients that go, repeat or re-enter while their
- * answer is held, semaphores, a reload, and a Redis link that drops mid-round. */
+ * answer is held, leases that end meanwhile, semaphores, a reload, and a Redis link that drops mid-round. */
 #include "harness.h"
 
 #include <signal.h>
@@ -90,6 +90,26 @@ static long long info_int(struct h_conn *c, const char *key)
 {
     return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
 }
+
+/* A lease= that ends while the answer waits for the replicas: no OK naming a hold that is gone. */
+START_TEST(test_lease_ends_while_held)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--min-replicas-ack", "1", "--backend-timeout", "4s"));
+    struct h_conn *a = H_CLIENT(d, "name=a"), *b = H_CLIENT(d, "name=b");
+    const char *rep;
+
+    h_redis_pause(replica);
+    ck_assert_int_eq(h_send(a, "LOCK g lease=200"), 0);
+    in_redis("g", 2000);
+    h_sleep_ms(800);
+    h_redis_resume(replica);
+    rep = h_reply(a, 4000);
+    ck_assert_msg(rep != NULL, "no answer for the LOCK of g");
+    ck_assert_msg(strcmp(rep, "TIMEOUT") == 0, "a lease that ended before the answer: got '%s'", rep);
+    H_LOCK_NEW(b, "g wait=5s");
+    H_REQ(a, "ERR NOTHELD%*", "UNLOCK g");
+}
+END_TEST
 
 /* A reentry undone takes back exactly its count: the counts answered OK stay, in Redis and here. */
 START_TEST(test_reentry_undone)
@@ -297,6 +317,7 @@ static Suite *ack_attack_suite(void)
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_lease_ends_while_held);
     tcase_add_test(tc, test_reentry_undone);
     tcase_add_test(tc, test_permits_undone);
     tcase_add_test(tc, test_quit_while_held);
