@@ -1,5 +1,6 @@
 /* check_ack_attack.c - min-replicas-ack under attack: clients that go, repeat or re-enter while their
- * answer is held, leases that end meanwhile, semaphores, a reload, and a Redis link that drops mid-round. */
+ * answer is held, leases that end meanwhile, semaphores, a reload, a Redis link that drops mid-round, and a
+ * Sentinel failover with the daemon killed too. */
 #include "harness.h"
 
 #include <signal.h>
@@ -310,10 +311,46 @@ START_TEST(test_handoff_undone_hands_on)
 }
 END_TEST
 
+#define NGRANTS 20 /* grants confirmed just before the kills */
+
+/* What the promise is for: min-replicas-ack 2 with two replicas, kill -9 of the master and of the daemon
+ * (which then cannot write its holds back) right after the last OK: the promoted replica has every grant. */
+START_TEST(test_sentinel_failover_keeps_confirmed)
+{
+    struct h_sentinels *t = h_sentinels_start("amaster");
+    struct h_dlockd *d = h_dlockd_start(h_free_port(), H_ARGS("--sentinel", t->addr[0], "--sentinel", t->addr[1],
+                                                              "--sentinel", t->addr[2], "--sentinel-master",
+                                                              t->name, "--min-replicas-ack", "2"));
+    struct h_conn *a = H_CLIENT(d, "name=a ttl=60s");
+    long long tokens[NGRANTS];
+    int old = t->master->port, now;
+
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    for (int i = 0; i < NGRANTS; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "n%d", i);
+        tokens[i] = H_LOCK_NEW(a, name);
+    }
+    h_dlockd_kill(d);
+    h_redis_kill(t->master);
+    now = h_sentinels_wait_switch(t, old, 20000);
+    for (int i = 0; i < NGRANTS; i++) {
+        char name[16], want[32], *v;
+        snprintf(name, sizeof name, "n%d", i);
+        v = hold_at(now, name);
+        snprintf(want, sizeof want, " %lld ", tokens[i]);
+        ck_assert_msg(strstr(v, want) != NULL, "the confirmed grant %s token %lld is not on the new master: '%s'",
+                      name, tokens[i], v);
+        free(v);
+    }
+    h_sentinels_stop(t);
+}
+END_TEST
+
 static Suite *ack_attack_suite(void)
 {
     Suite *s = suite_create("ack_attack");
-    TCase *tc = tcase_create("ack_attack");
+    TCase *tc = tcase_create("ack_attack"), *failover = tcase_create("failover");
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
@@ -328,6 +365,10 @@ static Suite *ack_attack_suite(void)
     tcase_add_test(tc, test_repeat_while_held);
     tcase_add_test(tc, test_handoff_undone_hands_on);
     suite_add_tcase(s, tc);
+    tcase_add_checked_fixture(failover, NULL, h_teardown);
+    tcase_set_timeout(failover, 60);
+    tcase_add_test(failover, test_sentinel_failover_keeps_confirmed);
+    suite_add_tcase(s, failover);
     return s;
 }
 
