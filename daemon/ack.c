@@ -137,7 +137,20 @@ static void on_gone(struct req *r)
     free(e);
 }
 
-/* Answers every request of the round in flight: OK, or ERR BACKEND why after undoing its grant. */
+/* 1 while every hold e granted is here with its token: its lease= may run out, or it be lost, while held. */
+static int still_held(struct dlockd *d, const struct held *e)
+{
+    for (int i = 0; i < e->nnames; i++) {
+        const struct hold *h = hold_find(d, e->v[i], e->hid);
+
+        if (h == NULL || h->token != strtoull(e->v[e->nnames + i], NULL, 10))
+            return 0;
+    }
+    return 1;
+}
+
+/* Answers every request of the round in flight: OK, or ERR BACKEND why after undoing its grant;
+ * TIMEOUT, undoing the rest, when a hold it granted ended meanwhile. */
 static void round_end(struct dlockd *d, const char *why)
 {
     struct ack *a = d->ack;
@@ -145,8 +158,13 @@ static void round_end(struct dlockd *d, const char *why)
 
     while ((e = TAILQ_FIRST(&a->round)) != NULL) {
         held_remove(a, e);
-        if (why == NULL) {
+        if (why == NULL && still_held(d, e)) {
             req_send(e->r, e->body);
+        } else if (why == NULL) {
+            /* Its OK would name a hold that is gone, maybe someone else's now. */
+            d->stats.timeouts++;
+            undo(d, e, "ended");
+            req_reply(e->r, "TIMEOUT", NULL);
         } else {
             d->stats.ack_refused++;
             undo(d, e, "replicas");
