@@ -8,36 +8,12 @@
 
 static struct h_redis *replica;
 
-/* 1 when the master on port has heard its replica acknowledge all it was sent (the first ACK enables the stream). */
-static int replica_acked(int port)
-{
-    char *info = h_redis_cmd(port, "INFO", "replication", NULL), *p;
-    long long sent = -1, acked = -2;
-
-    if (info && (p = strstr(info, "master_repl_offset:")) != NULL)
-        sent = atoll(p + strlen("master_repl_offset:"));
-    if (info && (p = strstr(info, "slave0:")) != NULL && (p = strstr(p, "offset=")) != NULL)
-        acked = atoll(p + strlen("offset="));
-    free(info);
-    return sent > 0 && acked == sent;
-}
-
-/* The master R and its replica, in sync (at once: the master does not wait for more replicas to sync). */
+/* The master R and its replica, in sync. */
 static void setup(void)
 {
-    char port[16];
-    int64_t deadline = h_now_ms() + 10000;
-
     R = h_redis_start(H_ARGS("--repl-diskless-sync-delay", "0"));
     D = NULL;
-    snprintf(port, sizeof port, "%d", R->port);
-    replica = h_redis_start(H_ARGS("--replicaof", "127.0.0.1", port));
-    free(h_redis_cmd(R->port, "SET", "synced", "1", NULL));
-    while (!replica_acked(R->port)) {
-        if (h_now_ms() > deadline)
-            H_FAIL("the replica on %d did not sync with %d", replica->port, R->port);
-        h_sleep_ms(50);
-    }
+    replica = h_redis_replica_start(R);
 }
 
 static void teardown(void)
@@ -46,43 +22,16 @@ static void teardown(void)
     replica = NULL;
 }
 
-/* The value of the hold of name in Redis on port ("" when there is none), as a malloc'd string. */
-static char *hold_at(int port, const char *name)
-{
-    char key[128], *v;
-
-    snprintf(key, sizeof key, "dlock:{%s}:h", name);
-    v = h_redis_cmd(port, "HGETALL", key, NULL);
-    return v ? v : strdup("");
-}
-
 /* 1 when the hold of name on port has token (its value: count token ...). */
 static int has_token(int port, const char *name, long long token)
 {
-    char *v = hold_at(port, name), want[32];
+    char *v = h_holds_at(port, name), want[32];
     int yes;
 
     snprintf(want, sizeof want, " %lld ", token);
     yes = strstr(v, want) != NULL;
     free(v);
     return yes;
-}
-
-/* Polls until name has no hold on the master, for up to ms; 1 when it has none. */
-static int freed(const char *name, int ms)
-{
-    for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(50)) {
-        char *v = hold_at(R->port, name);
-        int none = v[0] == '\0';
-        free(v);
-        if (none || h_now_ms() > deadline)
-            return none;
-    }
-}
-
-static long long info_int(struct h_conn *c, const char *key)
-{
-    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
 }
 
 /* A grant is answered once the replica has it: the token is there right after the OK. */
@@ -99,8 +48,8 @@ START_TEST(test_granted_on_replica)
         ck_assert_msg(has_token(replica->port, name, t), "token %lld of %s is not on the replica", t, name);
     }
     H_REQ(c, "OK token=%d held=2 free=1", "ACQUIRE sem permits=2 limit=3");
-    ck_assert_int_ge(info_int(c, "ack_rounds"), 6);
-    ck_assert_int_eq(info_int(c, "ack_refused"), 0);
+    ck_assert_int_ge(h_info_num(c, "ack_rounds"), 6);
+    ck_assert_int_eq(h_info_num(c, "ack_refused"), 0);
 }
 END_TEST
 
@@ -116,11 +65,11 @@ START_TEST(test_replica_stopped)
     t0 = h_now_ms();
     H_REQ(a, "ERR BACKEND only 0 of 1 replicas confirmed%*", "LOCK s");
     ck_assert_msg(h_now_ms() - t0 < 2000, "refused after %lld ms", (long long)(h_now_ms() - t0));
-    ck_assert_msg(freed("s", 3000), "the refused grant of s is still in Redis");
+    ck_assert_msg(h_holds_gone(R->port, "s", 3000), "the refused grant of s is still in Redis");
     h_redis_resume(replica);
     t = H_LOCK_NEW(b, "s wait=5s");
     ck_assert(has_token(replica->port, "s", t));
-    ck_assert_int_eq(info_int(b, "ack_refused"), 1);
+    ck_assert_int_eq(h_info_num(b, "ack_refused"), 1);
     H_REQ(a, "ERR NOTHELD%*", "UNLOCK s");
 }
 END_TEST
@@ -158,7 +107,7 @@ START_TEST(test_close_while_held)
     h_redis_pause(replica);
     ck_assert_int_eq(h_send(a, "LOCK g"), 0);
     for (;; h_sleep_ms(20)) {
-        v = hold_at(R->port, "g");
+        v = h_holds_at(R->port, "g");
         if (v[0] || h_now_ms() > deadline)
             break;
         free(v);
@@ -166,7 +115,7 @@ START_TEST(test_close_while_held)
     ck_assert_msg(v[0], "the grant of g did not reach Redis");
     free(v);
     h_close(a);
-    ck_assert_msg(freed("g", 6000), "the grant of g held for a closed client is still in Redis");
+    ck_assert_msg(h_holds_gone(R->port, "g", 6000), "the grant of g held for a closed client is still in Redis");
     h_redis_resume(replica);
     H_LOCK_NEW(b, "g");
 }
@@ -183,7 +132,7 @@ START_TEST(test_off)
     t0 = h_now_ms();
     H_LOCK_NEW(c, "o");
     ck_assert_msg(h_now_ms() - t0 < 500, "granted after %lld ms", (long long)(h_now_ms() - t0));
-    ck_assert_int_eq(info_int(c, "ack_rounds"), 0);
+    ck_assert_int_eq(h_info_num(c, "ack_rounds"), 0);
     h_redis_resume(replica);
 }
 END_TEST

@@ -11,40 +11,12 @@
 
 static struct h_redis *replica;
 
-/* 1 when the master on port has heard its replica acknowledge all it was sent. */
-static int replica_acked(int port)
-{
-    char *info = h_redis_cmd(port, "INFO", "replication", NULL), *p;
-    long long sent = -1, acked = -2;
-
-    if (info && (p = strstr(info, "master_repl_offset:")) != NULL)
-        sent = atoll(p + strlen("master_repl_offset:"));
-    if (info && (p = strstr(info, "slave0:")) != NULL && (p = strstr(p, "offset=")) != NULL)
-        acked = atoll(p + strlen("offset="));
-    free(info);
-    return sent > 0 && acked == sent;
-}
-
-/* The master R and its replica, in sync. A write the full sync carried leaves the stream at offset 0,
- * so one is made again every 1.5 s: the replica acknowledges its offset once a second. */
+/* The master R and its replica, in sync. */
 static void setup(void)
 {
-    char port[16];
-    int64_t deadline = h_now_ms() + 10000, written = 0;
-
     R = h_redis_start(H_ARGS("--repl-diskless-sync-delay", "0"));
     D = NULL;
-    snprintf(port, sizeof port, "%d", R->port);
-    replica = h_redis_start(H_ARGS("--replicaof", "127.0.0.1", port));
-    while (!replica_acked(R->port)) {
-        if (h_now_ms() > deadline)
-            H_FAIL("the replica on %d did not sync with %d", replica->port, R->port);
-        if (h_now_ms() - written > 1500) {
-            free(h_redis_cmd(R->port, "SET", "synced", "1", NULL));
-            written = h_now_ms();
-        }
-        h_sleep_ms(50);
-    }
+    replica = h_redis_replica_start(R);
 }
 
 static void teardown(void)
@@ -55,21 +27,11 @@ static void teardown(void)
     replica = NULL;
 }
 
-/* The hold of name in Redis on port ("" when there is none), as a malloc'd string. */
-static char *hold_at(int port, const char *name)
-{
-    char key[128], *v;
-
-    snprintf(key, sizeof key, "dlock:{%s}:h", name);
-    v = h_redis_cmd(port, "HGETALL", key, NULL);
-    return v ? v : strdup("");
-}
-
 /* Polls until name has a hold on the master (its grant reached Redis); fails the test after ms. */
 static void in_redis(const char *name, int ms)
 {
     for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(20)) {
-        char *v = hold_at(R->port, name);
+        char *v = h_holds_at(R->port, name);
         int some = v[0] != '\0';
         free(v);
         if (some)
@@ -77,23 +39,6 @@ static void in_redis(const char *name, int ms)
         if (h_now_ms() > deadline)
             H_FAIL("the grant of %s did not reach Redis within %d ms", name, ms);
     }
-}
-
-/* Polls until name has no hold on the master, for up to ms; 1 when it has none. */
-static int freed(const char *name, int ms)
-{
-    for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(50)) {
-        char *v = hold_at(R->port, name);
-        int none = v[0] == '\0';
-        free(v);
-        if (none || h_now_ms() > deadline)
-            return none;
-    }
-}
-
-static long long info_int(struct h_conn *c, const char *key)
-{
-    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
 }
 
 /* A lease= that ends while the answer waits for the replicas: no OK naming a hold that is gone. */
@@ -132,8 +77,8 @@ START_TEST(test_reentry_undone)
     H_REQ(a, "OK token=%d count=2", "LOCK r");
     H_REQ(a, "OK count=1", "UNLOCK r");
     H_REQ(a, "OK count=0", "UNLOCK r");
-    ck_assert_msg(freed("r", 3000), "r is still held in Redis");
-    ck_assert_int_eq(info_int(a, "ack_refused"), 2);
+    ck_assert_msg(h_holds_gone(R->port, "r", 3000), "r is still held in Redis");
+    ck_assert_int_eq(h_info_num(a, "ack_refused"), 2);
 }
 END_TEST
 
@@ -166,7 +111,7 @@ START_TEST(test_quit_while_held)
     H_REPLY(a, "OK", 2000);
     H_EOF(a, 2000);
     h_redis_resume(replica);
-    ck_assert_msg(freed("q", 3000), "the grant of q is still in Redis after QUIT");
+    ck_assert_msg(h_holds_gone(R->port, "q", 3000), "the grant of q is still in Redis after QUIT");
     H_LOCK_NEW(b, "q");
 }
 END_TEST
@@ -182,7 +127,7 @@ START_TEST(test_halfclose_while_held)
     in_redis("e", 2000);
     ck_assert_int_eq(shutdown(a->fd, SHUT_WR), 0);
     H_EOF(a, 3000);
-    ck_assert_msg(freed("e", 3000), "the grant of e is still in Redis after the half-close");
+    ck_assert_msg(h_holds_gone(R->port, "e", 3000), "the grant of e is still in Redis after the half-close");
     h_redis_resume(replica);
     H_LOCK_NEW(b, "e");
 }
@@ -209,7 +154,7 @@ START_TEST(test_resume_while_held)
     H_REQ(b, "BUSY%*", "LOCK m");
     H_REQ(a2, "OK count=0", "UNLOCK m");
     ck_assert_int_gt(t, 0);
-    ck_assert_msg(freed("m", 3000), "m is still held in Redis after its UNLOCK");
+    ck_assert_msg(h_holds_gone(R->port, "m", 3000), "m is still held in Redis after its UNLOCK");
 }
 END_TEST
 
@@ -229,11 +174,11 @@ START_TEST(test_link_killed_mid_round)
     free(out);
     H_REPLY(a, "ERR BACKEND%*", 3000);
     h_redis_resume(replica);
-    ck_assert_msg(freed("k", 5000), "the undone grant of k outlived its lease");
+    ck_assert_msg(h_holds_gone(R->port, "k", 5000), "the undone grant of k outlived its lease");
     b = H_CLIENT(d, "name=b");
     h_wait_info(b, "\"backend\":\"up\"", 8000);
     H_LOCK_NEW(b, "k");
-    ck_assert_int_eq(info_int(b, "ack_refused"), 1);
+    ck_assert_int_eq(h_info_num(b, "ack_refused"), 1);
 }
 END_TEST
 
@@ -259,11 +204,11 @@ START_TEST(test_reload_while_held)
     H_SILENT(a, 300);
     h_redis_resume(replica);
     H_REPLY(a, "OK token=%d count=1", 3000);
-    rounds = info_int(a, "ack_rounds");
+    rounds = h_info_num(a, "ack_rounds");
     h_redis_pause(replica);
     H_LOCK_NEW(a, "h2");
     h_redis_resume(replica);
-    ck_assert_int_eq(info_int(a, "ack_rounds"), rounds);
+    ck_assert_int_eq(h_info_num(a, "ack_rounds"), rounds);
 }
 END_TEST
 
@@ -284,7 +229,7 @@ START_TEST(test_repeat_while_held)
     snprintf(first, sizeof first, "#2%s", a->last + 2);
     ck_assert_msg(h_reply_tag(a, "2", 3000) && strcmp(a->last, first) == 0, "#2: '%s', #1 had '%s'", a->last, first);
     H_REQ(a, "OK count=0", "UNLOCK p");
-    ck_assert_msg(freed("p", 3000), "p is still held in Redis after its one UNLOCK");
+    ck_assert_msg(h_holds_gone(R->port, "p", 3000), "p is still held in Redis after its one UNLOCK");
 }
 END_TEST
 
@@ -307,7 +252,7 @@ START_TEST(test_handoff_undone_hands_on)
     H_REPLY(w1, "ERR BACKEND only 0 of 1 replicas%*", 3000);
     h_redis_resume(replica);
     t = H_KV_INT(H_REPLY(w2, "OK token=%d count=1", 3000), "token");
-    v = hold_at(R->port, "h");
+    v = h_holds_at(R->port, "h");
     snprintf(want, sizeof want, " %lld ", t);
     ck_assert_msg(strstr(v, want) != NULL && strstr(v, "w2") != NULL, "the hold of h is '%s', not w2's %lld", v, t);
     free(v);
@@ -341,7 +286,7 @@ START_TEST(test_sentinel_failover_keeps_confirmed)
     for (int i = 0; i < NGRANTS; i++) {
         char name[16], want[32], *v;
         snprintf(name, sizeof name, "n%d", i);
-        v = hold_at(now, name);
+        v = h_holds_at(now, name);
         snprintf(want, sizeof want, " %lld ", tokens[i]);
         ck_assert_msg(strstr(v, want) != NULL, "the confirmed grant %s token %lld is not on the new master: '%s'",
                       name, tokens[i], v);

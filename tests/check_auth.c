@@ -9,12 +9,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-/* The number after "key": in INFO on c. */
-static long long info_int(struct h_conn *c, const char *key)
-{
-    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
-}
-
 /* 1 when the 32 characters of s are lower-case hex and nothing follows. */
 static int is_secret(const char *s)
 {
@@ -269,18 +263,18 @@ START_TEST(test_preauth_leaves_nothing)
 {
     struct h_dlockd *d = start_auth("100ms");
     struct h_conn *a = H_CLIENT(d, "auth=s3cret name=a"), *c = H_CONNECT(d->port), *c2, *c3;
-    long long sessions = info_int(a, "sessions");
+    long long sessions = h_info_num(a, "sessions");
     char pat[256];
 
     H_REQ(c, "ERR NOAUTH%*", "HELLO ttl=1h name=pre");
     H_REQ(c, "ERR NOAUTH%*", "HELLO");
     H_REQ(c, "ERR NOAUTH%*", "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert_int_eq(info_int(a, "sessions"), sessions);
+    ck_assert_int_eq(h_info_num(a, "sessions"), sessions);
     H_REQ(c, "OK", "QUIT");
     H_EOF(c, 3000);
     H_REQ(a, "OK", "PING");
     ck_assert_ptr_null(h_event(a, NULL, 200));
-    ck_assert_int_eq(info_int(a, "sessions"), sessions);
+    ck_assert_int_eq(h_info_num(a, "sessions"), sessions);
 
     /* With auth= the HELLO's options apply to the session it opens, or resumes. */
     c2 = H_CONNECT(d->port);

@@ -97,11 +97,6 @@ static int held_on(int m, const char *name, int want, int ms)
     }
 }
 
-static long long info_int(struct h_conn *c, const char *key)
-{
-    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
-}
-
 /* Each master's grant is on its replica right after the OK, one name at a time and in one LOCK of three. */
 START_TEST(test_granted_on_replicas)
 {
@@ -130,8 +125,8 @@ START_TEST(test_granted_on_replicas)
             ck_assert_msg(tok[m] && has_token(replica[m], home[m], atoll(tok[m])), "%s of the LOCK of three is not on its replica",
                           home[m]);
     }
-    ck_assert_int_ge(info_int(c, "ack_rounds"), 4);
-    ck_assert_int_eq(info_int(c, "ack_refused"), 0);
+    ck_assert_int_ge(h_info_num(c, "ack_rounds"), 4);
+    ck_assert_int_eq(h_info_num(c, "ack_refused"), 0);
     H_REQ(c, "OK counts=0,0,0", "UNLOCK %s", names);
     h_dlockd_stop(d);
 }
@@ -169,7 +164,7 @@ START_TEST(test_replica_stopped)
     h_redis_resume(stopped);
     t = H_LOCK_NEW(a, home[0]);
     ck_assert(has_token(replica[0], home[0], t));
-    ck_assert_int_eq(info_int(a, "ack_refused"), 2);
+    ck_assert_int_eq(h_info_num(a, "ack_refused"), 2);
     H_REQ(a, "OK count=0", "UNLOCK %s", home[0]);
     H_REQ(b, "OK counts=0,0", "UNLOCK %s %s", home[1], home[2]);
     h_dlockd_stop(d);

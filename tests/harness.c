@@ -498,6 +498,42 @@ static int h_collect_args(const char **argv, int max, const char *cmd, va_list a
     return argc;
 }
 
+/* 1 when the master on port has heard its replica acknowledge all it was sent (the first ACK enables the stream). */
+static int h_replica_acked(int port)
+{
+    char *info = h_redis_cmd(port, "INFO", "replication", NULL), *p;
+    long long sent = -1, acked = -2;
+
+    if (info && (p = strstr(info, "master_repl_offset:")) != NULL)
+        sent = atoll(p + strlen("master_repl_offset:"));
+    if (info && (p = strstr(info, "slave0:")) != NULL && (p = strstr(p, "offset=")) != NULL)
+        acked = atoll(p + strlen("offset="));
+    free(info);
+    return sent > 0 && acked == sent;
+}
+
+/* A write the full sync carried leaves the stream at offset 0, so one is made again every 1.5 s: the replica
+ * acknowledges its offset once a second. */
+struct h_redis *h_redis_replica_start(const struct h_redis *master)
+{
+    char port[16];
+    int64_t deadline = h_now_ms() + 10000, written = 0;
+    struct h_redis *replica;
+
+    snprintf(port, sizeof port, "%d", master->port);
+    replica = h_redis_start(H_ARGS("--replicaof", "127.0.0.1", port));
+    while (!h_replica_acked(master->port)) {
+        if (h_now_ms() > deadline)
+            H_FAIL("the replica on %d did not sync with %d", replica->port, master->port);
+        if (h_now_ms() - written > 1500) {
+            free(h_redis_cmd(master->port, "SET", "synced", "1", NULL));
+            written = h_now_ms();
+        }
+        h_sleep_ms(50);
+    }
+    return replica;
+}
+
 char *h_redis_cmd_replica(int port, const char *cmd, ...)
 {
     const char *argv[64];
@@ -1911,6 +1947,31 @@ int h_json_has(const char *json, const char *needle)
 
     free(c);
     return found;
+}
+
+long long h_info_num(struct h_conn *c, const char *key)
+{
+    return h_json_int(H_REQ(c, "OK {%*}", "INFO"), key);
+}
+
+char *h_holds_at(int port, const char *name)
+{
+    char key[256], *v;
+
+    snprintf(key, sizeof key, "dlock:{%s}:h", name);
+    v = h_redis_cmd(port, "HGETALL", key, NULL);
+    return v ? v : strdup("");
+}
+
+int h_holds_gone(int port, const char *name, int ms)
+{
+    for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(50)) {
+        char *v = h_holds_at(port, name);
+        int none = v[0] == '\0';
+        free(v);
+        if (none || h_now_ms() > deadline)
+            return none;
+    }
 }
 
 int h_is_free(struct h_conn *c, const char *name)

@@ -109,6 +109,12 @@ int h_redis_stop(struct h_redis *r);
 void h_redis_kill(struct h_redis *r);
 /* Starts it again on the same port with the same arguments; fails the test unless it answers PING. */
 void h_redis_restart(struct h_redis *r);
+/*
+ * Starts a replica of master (redis-server --replicaof) and waits (10 s) until
+ * the master has heard it acknowledge all it was sent; fails the test
+ * otherwise. A master started with --repl-diskless-sync-delay 0 syncs at once.
+ */
+struct h_redis *h_redis_replica_start(const struct h_redis *master);
 /* SIGSTOP / SIGCONT. */
 void h_redis_pause(struct h_redis *r);
 void h_redis_resume(struct h_redis *r);
@@ -312,6 +318,12 @@ int h_json_has(const char *json, const char *needle);
 const char *h_wait_info(struct h_conn *c, const char *needle, int timeout_ms);
 /* 1 when c's session takes name at once (LOCK wait=0, then UNLOCK), else 0. */
 int h_is_free(struct h_conn *c, const char *name);
+/* The number after "key": in INFO's reply on c. */
+long long h_info_num(struct h_conn *c, const char *key);
+/* The holds of name in the Redis on port (HGETALL of its h key; "" when none), malloc'd. */
+char *h_holds_at(int port, const char *name);
+/* Polls until name has no hold in the Redis on port, for at most ms; 1 when it has none. */
+int h_holds_gone(int port, const char *name, int ms);
 /* The number after "key": in json; LLONG_MIN when absent. */
 long long h_json_int(const char *json, const char *key);
 /* Polls `#st STATUS name` on c (tagged, so it works while c waits) until "waiters" >= n. Returns 1, or 0 on timeout. */
