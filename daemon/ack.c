@@ -117,12 +117,9 @@ static void undo(struct dlockd *d, const struct held *e, const char *why)
 {
     for (int i = 0; i < e->nnames; i++) {
         const char *name = e->v[i], *token = e->v[e->nnames + i];
-        const struct hold *h = hold_find(d, name, e->hid);
 
         log_info("audit: undone name=%s hid=%s token=%s reason=%s", name, e->hid, token, why);
-        if (h && h->token == strtoull(token, NULL, 10))
-            hold_count(d, name, e->hid, h->count - e->k);
-        hold_release(d, name, e->hid, token, 0, e->k, 0);
+        hold_undo(d, name, e->hid, token, e->k, NULL, NULL);
     }
 }
 
@@ -140,12 +137,9 @@ static void on_gone(struct req *r)
 /* 1 while every hold e granted is here with its token: its lease= may run out, or it be lost, while held. */
 static int still_held(struct dlockd *d, const struct held *e)
 {
-    for (int i = 0; i < e->nnames; i++) {
-        const struct hold *h = hold_find(d, e->v[i], e->hid);
-
-        if (h == NULL || h->token != strtoull(e->v[e->nnames + i], NULL, 10))
+    for (int i = 0; i < e->nnames; i++)
+        if (!hold_has(d, e->v[i], e->hid, e->v[e->nnames + i]))
             return 0;
-    }
     return 1;
 }
 

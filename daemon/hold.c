@@ -188,10 +188,19 @@ void hold_release(struct dlockd *d, const char *name, const char *hid, const cha
     release(d, name, hid, token, all, k, delay, on_release, NULL);
 }
 
-int hold_release_then(struct dlockd *d, const char *name, const char *hid, const char *token, long long k,
-                      contract_cb *cb, void *arg)
+int hold_has(struct dlockd *d, const char *name, const char *hid, const char *token)
 {
-    return release(d, name, hid, token, 0, k, 0, cb, arg);
+    const struct hold *h = hold_find(d, name, hid);
+
+    return h != NULL && h->token == strtoull(token, NULL, 10);
+}
+
+int hold_undo(struct dlockd *d, const char *name, const char *hid, const char *token, long long k, contract_cb *cb,
+              void *arg)
+{
+    if (hold_has(d, name, hid, token))
+        hold_count(d, name, hid, hold_find(d, name, hid)->count - k);
+    return release(d, name, hid, token, 0, k, 0, cb ? cb : on_release, arg);
 }
 
 void hold_release_session(struct session *s, int expired)

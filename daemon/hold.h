@@ -69,10 +69,16 @@ struct lname *hold_name(struct dlockd *d, const char *name);
  */
 void hold_release(struct dlockd *d, const char *name, const char *hid, const char *token, int all, long long k,
                   int64_t delay);
-/* hold_release of k counts, then cb(arg) once Redis answered, or failed to; returns -1 (cb not called) when
- * the link is down. */
-int hold_release_then(struct dlockd *d, const char *name, const char *hid, const char *token, long long k,
-                      contract_cb *cb, void *arg);
+/* Whether the hold hid on name is here with token: not ended, nor granted again, since. */
+int hold_has(struct dlockd *d, const char *name, const char *hid, const char *token);
+/*
+ * Takes back the k counts a grant (token) added that was never answered:
+ * here, unless the hold ended since, and in Redis (hold_release), then
+ * cb(arg) once Redis answered or failed to (cb may be NULL). Returns -1,
+ * cb not called, when the link is down.
+ */
+int hold_undo(struct dlockd *d, const char *name, const char *hid, const char *token, long long k, contract_cb *cb,
+              void *arg);
 /* Releases every hold of s (forgetting them), with lock-delay when it expired. */
 void hold_release_session(struct session *s, int expired);
 

@@ -131,13 +131,9 @@ static void answer(struct multi *m, struct req *r)
 /* Whether a hold of m's earlier slots ended (its lease= ran out, or it was lost) before m was answered. */
 static int earlier_lost(const struct multi *m, int before)
 {
-    for (int i = 0; i < before; i++) {
-        int at = m->order[i];
-        const struct hold *h = hold_find(m->d, m->names[at], m->hid);
-
-        if (h == NULL || h->token != strtoull(m->tokens[at], NULL, 10))
+    for (int i = 0; i < before; i++)
+        if (!hold_has(m->d, m->names[m->order[i]], m->hid, m->tokens[m->order[i]]))
             return 1;
-    }
     return 0;
 }
 
@@ -184,17 +180,13 @@ static void on_failed(void *arg, struct req *r)
 
     for (int i = 0; i < m->granted; i++) {
         int at = m->order[i];
-        const struct hold *h = hold_find(m->d, m->names[at], m->hid);
 
-        /* Undone: exactly the count it added, as a grant nobody waits for. */
-        if (h && h->token == strtoull(m->tokens[at], NULL, 10))
-            hold_count(m->d, m->names[at], m->hid, h->count - 1);
         if (r == NULL) {
-            hold_release(m->d, m->names[at], m->hid, m->tokens[at], 0, 1, 0);
+            hold_undo(m->d, m->names[at], m->hid, m->tokens[at], 1, NULL, NULL);
             continue;
         }
         req_hold(r); /* first: a batch that fills up is sent at once, and one that fails answers at once */
-        if (hold_release_then(m->d, m->names[at], m->hid, m->tokens[at], 1, on_undone, r))
+        if (hold_undo(m->d, m->names[at], m->hid, m->tokens[at], 1, on_undone, r))
             req_unhold(r);
     }
     if (m->granted)

@@ -153,8 +153,8 @@ static int split(char *s, char **out, int max)
 static void grant_one(struct session *s, const struct wait *w, int i, const char *token, const char *count,
                       int record)
 {
-    struct hold *h = hold_find(w->d, w->names[i], w->hid);
-    int reentry = h != NULL && h->token == strtoull(token, NULL, 10); /* the record has it */
+    int reentry = hold_has(w->d, w->names[i], w->hid, token); /* the record has it */
+    struct hold *h;
 
     if (!reentry && record)
         record_granted(s, w->hid, w->names[i], token);
@@ -162,8 +162,10 @@ static void grant_one(struct session *s, const struct wait *w, int i, const char
         record_index(s, w->hid, w->names[i], 0);
     hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
     h = hold_find(w->d, w->names[i], w->hid);
-    if (record || !reentry)
-        h->untold = !record;
+    if (record)
+        h->untold = 0; /* answered: the client knows of it now */
+    else if (!reentry)
+        h->untold = 1;
     log_info("audit: grant name=%s session=%s client=%s mode=%c token=%s count=%s", w->names[i], s->id, s->name,
              w->hid[0], token, count);
 }
