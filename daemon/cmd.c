@@ -252,14 +252,10 @@ static void hello_resumed(struct req *r, struct session *s)
     hello_reply(r, s, r->pr.secret, 1);
 }
 
-/* A session resumed from Redis whose holds could not all be adopted: the
- * connection gets a fresh session, and Redis is left as it was. */
-static void hello_failed(struct req *r, struct session *s)
+/* A session whose holds could not all be adopted: they went back where they were. */
+static void hello_failed(struct req *r)
 {
-    if (r->c->session == s)
-        conn_attach(r->c, session_new(r->d, r->c->peer, r->d->cfg.session_ttl));
-    session_drop(s);
-    req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+    req_err(r, PROTO_EBACKEND, "Redis did not answer in time; the session stays where it was");
 }
 
 static void hello_refused(struct req *r)
@@ -292,6 +288,7 @@ static const struct resume_answers resume_answers = {
  * its record in Redis, whichever has it (resume.c asks the record). */
 static void hello_resume(struct req *r)
 {
+    req_resuming(r);
     resume_from_record(r, r->pr.session, &resume_answers);
 }
 

@@ -163,6 +163,8 @@ static void req_end(struct req *r)
         c->nrunning--;
         if (r->untagged)
             c->untagged_busy = 0;
+        if (c->resuming == r)
+            c->resuming = NULL;
         advance_soon(c);
     }
     free(r->held);
@@ -364,6 +366,12 @@ int req_start_soon(struct req *r)
     return 0;
 }
 
+void req_resuming(struct req *r)
+{
+    if (r->c)
+        r->c->resuming = r;
+}
+
 struct session *req_session(struct req *r)
 {
     return session_find(r->d, r->sid);
@@ -507,11 +515,12 @@ static void run(struct conn *c, struct req *r)
     r->d->hooks->dispatch(r);
 }
 
-/* 1 while the next queued line must wait: an untagged request runs or,
- * before AUTH, any request does (one at a time: one password guess at a time). */
+/* 1 while the next queued line must wait: an untagged request runs, a HELLO
+ * resumes a session or, before AUTH, any request runs (one at a time: one
+ * password guess at a time). */
 static int busy(const struct conn *c)
 {
-    return c->untagged_busy || (!c->authed && c->nrunning > 0);
+    return c->untagged_busy || c->resuming || (!c->authed && c->nrunning > 0);
 }
 
 #define ADVANCE_BATCH 256 /* queued requests run per turn of the loop */
@@ -608,7 +617,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
         return; /* nothing sent after QUIT runs */
     if (c->session)
         session_touch(c->session);
-    if ((c->authed && is_tagged(line)) || (!busy(c) && TAILQ_EMPTY(&c->queued))) {
+    if ((c->authed && !c->resuming && is_tagged(line)) || (!busy(c) && TAILQ_EMPTY(&c->queued))) {
         run(c, req_new(c, line, len, now));
         return;
     }

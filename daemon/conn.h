@@ -76,6 +76,7 @@ struct conn {
     int advancing;            /* in d->advancing (a list mark, not a state: any state may advance) */
     int reaping;              /* in d->reaping (likewise) */
     struct req *quit;         /* a QUIT waiting for the requests before it to end */
+    struct req *resuming;     /* a HELLO session= not answered yet: every line waits behind it */
     struct deadline auth_dl;  /* closes it if not authenticated in time */
     const char *close_reason; /* for the log, when it is freed */
     TAILQ_HEAD(, queued) queued; /* untagged requests waiting their turn */
@@ -123,6 +124,12 @@ void req_unhold(struct req *r);
  * half-closed or quitting: nothing new may start there.
  */
 int req_start_soon(struct req *r);
+/*
+ * r is a HELLO that resumes a session: until it is answered, every request
+ * c receives after it waits its turn (tagged ones too), so that none runs
+ * in a session that is still being taken over.
+ */
+void req_resuming(struct req *r);
 /* The live session of r, or NULL when it ended meanwhile. */
 struct session *req_session(struct req *r);
 

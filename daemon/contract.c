@@ -135,13 +135,15 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
     add(a, check ? "check" : "");
 }
 
-/* adopt.lua: lease, the hids space-separated, the wids ("-" for none) space-separated. */
-void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids)
+/* adopt.lua: lease, the hids space-separated, the wids ("-" for none) space-separated, to. */
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids,
+                         const char *to)
 {
     a->n = 0;
     add_num(a, lease);
     add(a, hids);
     add(a, wids);
+    add(a, to);
 }
 
 /* reassert.lua: hid, token, count, ttl, lease, bounded, client. */

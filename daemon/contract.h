@@ -102,9 +102,11 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
 /*
  * Fills a with the ARGV of an ADOPT (scripts/adopt.lua): lease ms, the hids
  * of its names, and the waiters the session had queued for them ("-" for
- * none), both space-separated.
+ * none), both space-separated, and to: "" to make the holds this daemon's,
+ * else the daemon to hand back those that are this daemon's.
  */
-void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids);
+void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids,
+                         const char *to);
 /*
  * Fills a with the ARGV of a REASSERT (scripts/reassert.lua): the hold hid
  * with its token and count, its Redis lease from now and the lease recorded

@@ -140,9 +140,8 @@ static void kill_resumed(struct req *r, struct session *s)
         kill_taken(r->d, sid);
 }
 
-static void kill_failed(struct req *r, struct session *s)
+static void kill_failed(struct req *r)
 {
-    session_drop(s);
     req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
 }
 

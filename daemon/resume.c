@@ -1,37 +1,67 @@
 /* resume.c - HELLO session= for a session this daemon does not have: its
  * record is read from Redis, the secret checked against it, and the holds it
- * lists that are still alive are made this daemon's before the HELLO is
- * answered. The daemon that had it lets go when it hears of the claim. */
+ * lists that are still alive are made this daemon's (ADOPT). Only when every
+ * one is does the session come to life here, attached to the resuming
+ * connection; a takeover that did not complete (no answer, the client gone)
+ * is handed back to the daemon the record names before anything is
+ * answered, so the session's holds always have one daemon. The daemon that
+ * had the session lets go when it hears of the claim (record_put). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "batch.h"
 #include "conn.h"
+#include "dict.h"
 #include "hold.h"
 #include "log.h"
 #include "record.h"
 #include "resume.h"
 #include "session.h"
 
-struct resume {
-    struct dlockd *d;
-    struct req *r;                   /* NULL once the request is gone */
-    char sid[DLOCKD_ID_LEN + 1];
-    const struct resume_answers *ans;
-    int pending;                     /* ADOPT calls not answered */
-    int failed;                      /* one went unanswered */
+#define HANDBACK_RETRY_MS 1000 /* between tries of a hand-back Redis did not answer */
+
+/* Where an ADOPT call stands. */
+enum adopt_state {
+    ADOPT_SENT,    /* no answer yet */
+    ADOPT_OK,      /* the holds it found are this daemon's */
+    ADOPT_NONE,    /* answered without changing anything */
+    ADOPT_UNKNOWN, /* no answer: it may have run */
+    ADOPT_BACK,    /* handed back */
 };
 
-/* One ADOPT call: up to PROTO_MAX_NAMES index entries. */
+/* One ADOPT call: up to PROTO_MAX_NAMES index entries of one slot. */
 struct adopt {
     struct resume *rs;
+    struct adopt *next;
+    enum adopt_state state;
     int n;
     char *names[PROTO_MAX_NAMES];
     char *hids[PROTO_MAX_NAMES];
     unsigned long long tokens[PROTO_MAX_NAMES]; /* of the grant the record says it had, 0 when none */
     char *wids[PROTO_MAX_NAMES];                 /* the waiter it had queued, "-" when none */
+    char *got[PROTO_MAX_NAMES];                  /* the token adopted, NULL when the hold is gone */
+    long long counts[PROTO_MAX_NAMES];
+    long long lefts[PROTO_MAX_NAMES];
 };
+
+struct resume {
+    struct dlockd *d;
+    struct req *r;                   /* NULL once the request is gone */
+    char sid[DLOCKD_ID_LEN + 1];
+    const struct resume_answers *ans;
+    char from[DLOCKD_ID_LEN + 1];    /* the daemon the record names */
+    char *client;
+    long long ttl;
+    char hash[2 * SESSION_HASH_LEN + 1];
+    struct adopt *adopts;
+    int pending;                     /* calls not answered */
+    uint64_t give_up;                /* monotonic ms after which a hand-back is not tried again */
+    struct deadline retry;           /* the next try of a hand-back */
+};
+
+/* Sessions being taken over here: sid -> struct resume. */
+static struct dict *taking;
 
 static void resume_gone(struct req *r)
 {
@@ -55,48 +85,45 @@ static struct req *take(struct resume *rs)
     return r;
 }
 
-static void finish(struct resume *rs)
-{
-    struct session *s = session_find(rs->d, rs->sid);
-    struct req *r = take(rs);
-
-    if (r && s && !rs->failed) {
-        rs->ans->resumed(r, s);
-    } else if (r && s) {
-        rs->ans->failed(r, s); /* some holds may not be this daemon's: the client resumes again */
-    } else if (r) {
-        req_err(r, PROTO_EBACKEND, "the session ended while it was resumed");
-    } else if (s && !rs->failed) {
-        record_put(s, NULL, NULL); /* its client left meanwhile: the session is this daemon's now all the same */
-    } else if (s) {
-        session_drop(s); /* not all adopted: it stays with the daemon the record names */
-    }
-    free(rs);
-}
-
 static void adopt_free(struct adopt *a)
 {
     for (int i = 0; i < a->n; i++) {
         free(a->names[i]);
         free(a->hids[i]);
         free(a->wids[i]);
+        free(a->got[i]);
     }
     free(a);
 }
 
-static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void *arg)
+static void resume_free(struct resume *rs)
 {
-    struct adopt *a = arg;
-    struct resume *rs = a->rs;
-    struct session *s = session_find(d, rs->sid);
+    struct adopt *a;
 
-    if (rep == NULL || rep->status != CONTRACT_OK) {
-        rs->failed = 1;
-    } else if (s) {
+    if (taking && dict_get(taking, rs->sid) == rs)
+        dict_del(taking, rs->sid);
+    if (taking && dict_size(taking) == 0) {
+        dict_free(taking);
+        taking = NULL;
+    }
+    deadline_cancel(rs->d->deadlines, &rs->retry);
+    while ((a = rs->adopts) != NULL) {
+        rs->adopts = a->next;
+        adopt_free(a);
+    }
+    free(rs->client);
+    free(rs);
+}
+
+/* Every call adopted its holds and the client still waits: the session lives here now. */
+static void commit(struct resume *rs, struct session *s)
+{
+    struct req *r = take(rs);
+
+    for (struct adopt *a = rs->adopts; a; a = a->next)
         for (int i = 0; i < a->n; i++) {
-            struct contract_adopted h = contract_adopted(rep, i);
-            if (h.token[0]) {
-                hold_set(s, a->names[i], a->hids[i], h.token, h.count, h.left > 0 ? h.left : 0);
+            if (a->got[i]) {
+                hold_set(s, a->names[i], a->hids[i], a->got[i], a->counts[i], a->lefts[i] > 0 ? a->lefts[i] : 0);
                 continue;
             }
             /* Gone while the session was away: told after the HELLO's OK. */
@@ -104,10 +131,49 @@ static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void 
                 conn_session_missed(s, "LOST %s token=%llu reason=backend", a->names[i], a->tokens[i]);
             record_index(s, a->hids[i], a->names[i], 0);
         }
+    rs->ans->attach(r, s);
+    rs->ans->resumed(r, s);
+    resume_free(rs);
+}
+
+/* The hand-back is over (or given up): the request, if it still waits, hears that nothing changed. */
+static void handed_back(struct resume *rs)
+{
+    struct req *r = take(rs);
+
+    if (r)
+        rs->ans->failed(r);
+    resume_free(rs);
+}
+
+static void hand_back(struct resume *rs);
+
+static void on_handed_back(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct adopt *a = arg;
+    struct resume *rs = a->rs;
+
+    (void)d;
+    a->state = rep && rep->status == CONTRACT_OK ? ADOPT_BACK : ADOPT_UNKNOWN;
+    if (--rs->pending > 0)
+        return;
+    for (a = rs->adopts; a; a = a->next)
+        if (a->state == ADOPT_UNKNOWN)
+            break;
+    if (a == NULL) {
+        handed_back(rs);
+    } else if (now_ms() >= rs->give_up) {
+        log_warnx("s%s: could not hand the session back to daemon %s; its holds lapse by themselves", rs->sid,
+                  rs->from);
+        handed_back(rs);
+    } else {
+        deadline_arm(rs->d->deadlines, &rs->retry, now_ms() + HANDBACK_RETRY_MS);
     }
-    adopt_free(a);
-    if (--rs->pending == 0)
-        finish(rs);
+}
+
+static void on_retry(struct deadline *dl)
+{
+    hand_back(container_of(dl, struct resume, retry));
 }
 
 /* The n strings of v, space-separated, in a new string. */
@@ -125,20 +191,95 @@ static char *joined(char *const *v, int n)
     return out;
 }
 
-static void adopt_send(struct resume *rs, struct adopt *a)
+/* Sends a's ADOPT (to "" for this daemon, else the daemon to hand its holds back to). */
+static int adopt_send(struct resume *rs, struct adopt *a, const char *to, contract_cb *cb)
 {
     struct contract_args args;
     char *hids = joined(a->hids, a->n), *wids = joined(a->wids, a->n);
+    int rc;
 
-    contract_adopt_args(&args, session_redis_lease(rs->d, session_find(rs->d, rs->sid)), hids, wids);
+    contract_adopt_args(&args, rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease, hids, wids, to);
     rs->pending++;
-    if (hold_script(rs->d, OP_ADOPT, a->n, (const char *const *)a->names, &args, on_adopted, NULL, a)) {
+    if ((rc = hold_script(rs->d, OP_ADOPT, a->n, (const char *const *)a->names, &args, cb, NULL, a)) != 0)
         rs->pending--;
-        rs->failed = 1;
-        adopt_free(a);
-    }
     free(hids);
     free(wids);
+    return rc;
+}
+
+/*
+ * Gives the holds that calls of rs may have made this daemon's back to the
+ * daemon the record names, trying again while Redis does not answer, for
+ * as long as a hold it adopted can live.
+ */
+static void hand_back(struct resume *rs)
+{
+    for (struct adopt *a = rs->adopts; a; a = a->next)
+        if ((a->state == ADOPT_OK || a->state == ADOPT_UNKNOWN) && adopt_send(rs, a, rs->from, on_handed_back))
+            a->state = ADOPT_UNKNOWN;
+    if (rs->pending > 0)
+        return;
+    if (now_ms() >= rs->give_up)
+        handed_back(rs);
+    else
+        deadline_arm(rs->d->deadlines, &rs->retry, now_ms() + HANDBACK_RETRY_MS);
+}
+
+/* Every ADOPT call answered or gave up: the session comes here whole, or goes back whole. */
+static void finish(struct resume *rs)
+{
+    struct session *s = NULL;
+    struct adopt *a;
+
+    for (a = rs->adopts; a; a = a->next)
+        if (a->state != ADOPT_OK)
+            break;
+    if (a == NULL && rs->r && rs->r->c && rs->r->c->state != CONN_CLOSING &&
+        (s = session_resume(rs->d, rs->sid, rs->client, rs->ttl, rs->hash)) != NULL) {
+        commit(rs, s);
+        return;
+    }
+    if (a == NULL)
+        log_info("s%s: its client left while it was resumed: handed back to daemon %s", rs->sid, rs->from);
+    rs->give_up = now_ms() + (uint64_t)(rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease);
+    hand_back(rs);
+}
+
+static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct adopt *a = arg;
+    struct resume *rs = a->rs;
+
+    (void)d;
+    if (rep == NULL) {
+        a->state = ADOPT_UNKNOWN;
+    } else if (rep->status != CONTRACT_OK) {
+        a->state = ADOPT_NONE;
+    } else {
+        a->state = ADOPT_OK;
+        for (int i = 0; i < a->n; i++) {
+            struct contract_adopted h = contract_adopted(rep, i);
+            a->counts[i] = h.count;
+            a->lefts[i] = h.left;
+            if (h.token[0] && (a->got[i] = strdup(h.token)) == NULL)
+                fatalx("resume: out of memory");
+        }
+    }
+    if (--rs->pending == 0)
+        finish(rs);
+}
+
+/* A new ADOPT call for rs, first in its list. */
+static struct adopt *adopt_new(struct resume *rs)
+{
+    struct adopt *a = calloc(1, sizeof(*a));
+
+    if (a == NULL)
+        fatalx("resume: out of memory");
+    a->rs = rs;
+    a->next = rs->adopts;
+    rs->adopts = a;
+    return a;
 }
 
 /* Sends the ADOPT calls for the index entries of rec that are the session's own:
@@ -147,34 +288,36 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
 {
     struct adopt *a = NULL;
 
-    rs->pending = 1; /* until every call is sent */
     for (int j = 0; j < rec->nindex; j++) {
         char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
         unsigned long long token;
         if (contract_record_index(rec, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
             strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
             continue;
-        if (a && batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0])) {
-            adopt_send(rs, a);
-            a = NULL;
-        }
-        if (a == NULL && (a = calloc(1, sizeof(*a))) == NULL)
+        if (a == NULL || a->n == PROTO_MAX_NAMES || batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0]))
+            a = adopt_new(rs);
+        if ((a->names[a->n] = strdup(name)) == NULL || (a->hids[a->n] = strdup(hid)) == NULL ||
+            (a->wids[a->n] = strdup(wid[0] && !strchr(wid, ' ') ? wid : "-")) == NULL)
             fatalx("resume: out of memory");
-        a->rs = rs;
-        if ((a->names[a->n] = strdup(name)) == NULL || (a->hids[a->n] = strdup(hid)) == NULL)
-            fatalx("resume: out of memory");
-        a->tokens[a->n] = token;
-        if ((a->wids[a->n] = strdup(wid[0] && !strchr(wid, ' ') ? wid : "-")) == NULL)
-            fatalx("resume: out of memory");
-        if (++a->n == PROTO_MAX_NAMES) {
-            adopt_send(rs, a);
-            a = NULL;
-        }
+        a->tokens[a->n++] = token;
     }
-    if (a)
-        adopt_send(rs, a);
+    rs->pending = 1; /* until every call is sent */
+    for (a = rs->adopts; a; a = a->next)
+        if (adopt_send(rs, a, "", on_adopted))
+            a->state = ADOPT_NONE; /* not sent: changed nothing */
     if (--rs->pending == 0)
         finish(rs);
+}
+
+/* Why a resume from rec cannot start now, or NULL when it can. */
+static const char *cannot_start(struct resume *rs)
+{
+    if (taking && dict_get(taking, rs->sid))
+        return "the session is being resumed on another connection here; nothing changed, resume again";
+    if (batch_gated(rs->d))
+        return "nothing is granted until the failover gate opens (failover-delay); nothing changed, resume "
+               "again then";
+    return NULL;
 }
 
 static void on_record(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
@@ -182,15 +325,16 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     struct resume *rs = arg;
     struct req *r = rs->r;
     struct session *s;
+    const char *why;
 
     if (r == NULL) {
-        free(rs);
+        resume_free(rs);
         return;
     }
     if ((s = session_find(d, rs->sid)) != NULL) {
         if (!answered || rec == NULL || strcmp(rec->daemon, d->id) == 0) {
             rs->ans->local(take(rs));
-            free(rs);
+            resume_free(rs);
             return;
         }
         /* It moved to another daemon since: this copy goes, and the record decides. */
@@ -199,21 +343,32 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     }
     if (!answered) {
         req_err(take(rs), PROTO_EBACKEND, "Redis did not answer in time");
-        free(rs);
+        resume_free(rs);
         return;
     }
     /* A record naming this daemon for a session it does not have is one that ended here and
      * came back (a Redis restored from an older snapshot): it resumes nothing. */
     if (rec && (strcmp(rec->daemon, d->id) == 0 || rec->hash[0] == '\0' || rec->ttl <= 0))
         rec = NULL; /* or one that ended, of which only its daemon is left */
-    if (rec == NULL ||
-        (!rs->ans->trusted && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash)) ||
-        (s = session_resume(d, rs->sid, rec->client, rec->ttl, rec->hash)) == NULL) {
+    if (rec == NULL || strlen(rec->hash) != 2 * SESSION_HASH_LEN ||
+        (!rs->ans->trusted && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash))) {
         rs->ans->refused(take(rs));
-        free(rs);
+        resume_free(rs);
         return;
     }
-    rs->ans->attach(r, s);
+    if ((why = cannot_start(rs)) != NULL) {
+        req_err(take(rs), PROTO_EBACKEND, "%s", why);
+        resume_free(rs);
+        return;
+    }
+    snprintf(rs->from, sizeof(rs->from), "%s", rec->daemon);
+    snprintf(rs->hash, sizeof(rs->hash), "%s", rec->hash);
+    if ((rs->client = strdup(rec->client)) == NULL)
+        fatalx("resume: out of memory");
+    rs->ttl = session_clamp_ttl(d, rec->ttl);
+    if (taking == NULL)
+        taking = dict_new();
+    dict_set(taking, rs->sid, rs);
     adopt_all(rs, rec);
 }
 
@@ -238,6 +393,7 @@ void resume_from_record(struct req *r, const char *sid, const struct resume_answ
     rs->d = r->d;
     rs->r = r;
     rs->ans = ans;
+    deadline_init(&rs->retry, on_retry);
     snprintf(rs->sid, sizeof(rs->sid), "%s", sid);
     if (record_fetch(r->d, rs->sid, on_record, rs)) {
         free(rs);
@@ -249,4 +405,9 @@ void resume_from_record(struct req *r, const char *sid, const struct resume_answ
     }
     r->gone = resume_gone;
     r->ctx = rs;
+}
+
+int resume_taking(const char *sid)
+{
+    return taking && dict_get(taking, sid) != NULL;
 }

@@ -10,7 +10,7 @@ struct resume_answers {
     int trusted;                                       /* an operator's: no secret is asked */
     void (*attach)(struct req *r, struct session *s);  /* s is here now: attach it to r's connection (not an answer) */
     void (*resumed)(struct req *r, struct session *s); /* s and its live holds are this daemon's: OK */
-    void (*failed)(struct req *r, struct session *s);  /* Redis did not answer: drop s here, ERR BACKEND */
+    void (*failed)(struct req *r);                     /* not taken over, nothing changed: ERR BACKEND */
     void (*refused)(struct req *r);                    /* no such record, or a wrong secret: ERR NOSESSION */
     void (*local)(struct req *r);                      /* the session is this daemon's: resume it from memory */
 };
@@ -19,9 +19,14 @@ struct resume_answers {
  * Resumes the session sid: from this daemon's memory when its record in
  * Redis (record.c) says it is this daemon's (or Redis does not answer and it
  * is here), else from the record, with the secret r carries unless ans is
- * trusted, answering r through ans (not copied) once its holds are adopted.
- * A copy here of a session another daemon has now is dropped first.
+ * trusted, answering r through ans (not copied). The session exists here
+ * only once every hold it lists is adopted, and is then attached and
+ * resumed at once; a takeover that does not complete is handed back before
+ * r hears failed. A copy here of a session another daemon has now is
+ * dropped first.
  */
 void resume_from_record(struct req *r, const char *sid, const struct resume_answers *ans);
+/* 1 while the session sid is being taken over here (or handed back). */
+int resume_taking(const char *sid);
 
 #endif

@@ -3,13 +3,35 @@
 -- starting again.
 -- ARGV from A: lease (ms), then the hids of the names, in order, in one
 -- space-separated string, then the waiters the session had queued for them
--- ("-" for none), likewise. A waiter of another daemon still queued is taken
--- out (its request went with its connection) before anything is adopted.
+-- ("-" for none), likewise, then to: "" to adopt, else the daemon to hand
+-- back the holds this daemon adopted (a resume that did not complete: the
+-- holds go back as they were, their leases untouched, and no waiter).
+-- A waiter of another daemon still queued is taken out (its request went
+-- with its connection) before anything is adopted.
 -- Reply fields: OK, then for each name: token count left, where token is ""
--- when the hold is gone, and left is the ms to the end of a lease= (-1 for
--- a hold renewed for as long as its session lives).
-local lease, hids, wids = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2])
+-- when the hold is gone (or, handing back, was not this daemon's), and left
+-- is the ms to the end of a lease= (-1 for a hold renewed for as long as its
+-- session lives).
+local lease, hids, wids, to = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2]), ARGV[A + 3]
 local out = {}
+if to ~= '' then
+    for i, s in ipairs(S) do
+        local v = redis.call('HGET', s.h, hids[i])
+        local h = v and hold_decode(v)
+        if h and h.daemon == DAEMON then
+            h.daemon = to
+            redis.call('HSET', s.h, hids[i], hold_encode(h))
+            for _, f in ipairs({ h.token, h.count, -1 }) do
+                table.insert(out, f)
+            end
+        else
+            for _, f in ipairs({ '', 0, -1 }) do
+                table.insert(out, f)
+            end
+        end
+    end
+    return reply('OK', unpack(out))
+end
 for i, s in ipairs(S) do
     local wid = wids[i]
     if wid and wid ~= '-' and waiter_daemon(wid) ~= DAEMON and redis.call('ZSCORE', s.q, wid) then

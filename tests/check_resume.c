@@ -1,0 +1,137 @@
+/* check_resume.c - a resume on another daemon is one transaction: requests pipelined behind the
+ * HELLO run in the resumed session once it is whole, a resume that cannot complete changes
+ * nothing, and a takeover whose client left is handed back. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+/* The OK of a resume of c's session. */
+static void expect_resumed(struct h_conn *n, const struct h_conn *c)
+{
+    char pat[200];
+
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1 lease=%%d",
+             c->session, c->secret);
+    H_REPLY(n, pat, 5000);
+}
+
+/* A tagged LOCK pipelined behind the resuming HELLO re-enters the hold the session has: it is
+ * not taken for one this daemon knows nothing of (which Redis would drop, granting the name to
+ * the next waiter while its holder lives). */
+START_TEST(test_lock_behind_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *b = H_CLIENT(d2, "name=bob"), *o = H_CLIENT(d2, "");
+    struct h_conn *n = H_CONNECT(d2->port);
+    long long t = H_LOCK_NEW(a, "x");
+    const char *r;
+    char pat[100];
+
+    h_send(b, "#w LOCK x wait=20s");
+    ck_assert(h_wait_waiters(o, "x", 1, 5000));
+    h_send(n, "HELLO session=%s secret=%s\n#l LOCK x", a->session, a->secret);
+    expect_resumed(n, a);
+    snprintf(pat, sizeof pat, "#l OK token=%lld count=2", t);
+    r = h_reply_tag(n, "l", 5000);
+    ck_assert_msg(r && h_match(r, pat), "the pipelined LOCK: %s", r ? r : "(no answer)");
+    r = h_reply_tag(b, "w", 1500);
+    ck_assert_msg(r == NULL, "the waiter was granted a held name: %s", r);
+    r = H_REQ(o, "OK %*", "STATUS x");
+    ck_assert_msg(h_json_has(r, "\"client\":\"alice\"") && h_json_has(r, "\"count\":2"), "STATUS: %s", r);
+    H_REQ(n, "OK count=0", "UNLOCK x all");
+    r = h_reply_tag(b, "w", 5000);
+    ck_assert_msg(r && h_match(r, "#w OK token=%d count=1"), "the waiter after the UNLOCK: %s", r ? r : "(none)");
+}
+END_TEST
+
+/* A tagged QUIT pipelined behind the resuming HELLO ends the resumed session: its holds are
+ * released before the QUIT's OK, and the session cannot be resumed anywhere. */
+START_TEST(test_quit_behind_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *b = H_CLIENT(D, "name=bob");
+    struct h_conn *n = H_CONNECT(d2->port), *again;
+    const char *r;
+
+    H_LOCK_NEW(a, "y");
+    h_send(n, "HELLO session=%s secret=%s\n#q QUIT", a->session, a->secret);
+    expect_resumed(n, a);
+    r = h_reply_tag(n, "q", 5000);
+    ck_assert_msg(r && strcmp(r, "#q OK") == 0, "the pipelined QUIT: %s", r ? r : "(no answer)");
+    H_LOCK_NEW(b, "y");
+    again = H_CONNECT(D->port);
+    H_REQ(again, "ERR NOSESSION%*", "HELLO session=%s secret=%s", a->session, a->secret);
+}
+END_TEST
+
+/* Requests pipelined behind a resuming HELLO that is refused run in the connection's own
+ * session, after the refusal: never in the session named. */
+START_TEST(test_lock_behind_refused_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
+    const char *r;
+
+    H_LOCK_NEW(a, "z");
+    h_send(n, "HELLO session=%s secret=00000000000000000000000000000000\n#l LOCK z", a->session);
+    H_REPLY(n, "ERR NOSESSION%*", 5000);
+    r = h_reply_tag(n, "l", 5000);
+    ck_assert_msg(r && h_match(r, "#l BUSY holder=alice ttl=%d"), "the pipelined LOCK: %s", r ? r : "(none)");
+}
+END_TEST
+
+static const char *const GATE_5S[] = { "--lock-lease", "3s", "--failover-delay", "5s", NULL };
+
+/* While the failover gate is closed a resume from another daemon is refused at once, nothing
+ * changed: the session goes on where it was, and its UNLOCK there frees the name once the
+ * gate opens. Before, the takeover waited behind the gate and ran after the client had given
+ * up and gone back: that daemon's UNLOCK then got NOTHELD and the name stayed taken. */
+START_TEST(test_resume_behind_gate)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, GATE_5S), *d2 = h_dlockd_start(R->port, GATE_5S);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *b = H_CLIENT(d2, "name=bob"), *n;
+    const char *const restarted[] = { "writing holds back", NULL };
+    int64_t sent;
+    const char *r;
+
+    H_LOCK_NEW(a, "g");
+    h_redis_kill(R);
+    h_redis_restart(R); /* empty: both daemons close their gates */
+    H_EVENT(a, "* SAFE", 10000);
+    ck_assert(h_log_wait(d2, restarted, 1, 10000));
+    n = H_CONNECT(d2->port);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    sent = h_now_ms();
+    r = H_REPLY(n, "ERR BACKEND%*", 3000);
+    ck_assert_msg(strstr(r, "gate") && h_now_ms() - sent < 2500, "the resume behind the gate: %s after %lld ms", r,
+                  (long long)(h_now_ms() - sent));
+    h_close(n);
+    H_REQ(a, "OK count=0", "UNLOCK g");
+    H_LOCK_NEW(b, "g");
+}
+END_TEST
+
+static Suite *resume_suite(void)
+{
+    Suite *s = suite_create("resume");
+    TCase *tc = tcase_create("resume");
+
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_lock_behind_resume);
+    tcase_add_test(tc, test_quit_behind_resume);
+    tcase_add_test(tc, test_lock_behind_refused_resume);
+    tcase_add_test(tc, test_resume_behind_gate);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return h_run_suite(resume_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
