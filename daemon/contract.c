@@ -93,22 +93,24 @@ static void add_request(struct contract_args *a, const struct contract_lock *l, 
 
 /* lock.lua: session:owner, mode, client name, wid, wait, Redis lease of a
  * grant now, lease recorded with the hold, bounded, lease of the queue
- * entries, known per name. */
+ * entries, known per name, ends. */
 void contract_lock_args(struct contract_args *a, const struct contract_lock *l)
 {
     add_request(a, l, l->mode);
     add(a, l->known);
+    add_num(a, l->ends);
 }
 
 /* acquire.lua: session:owner, client name, wid, wait, Redis lease of a
  * grant now, lease recorded with the hold, bounded, lease of the queue
- * entry, permits, limit, known. */
+ * entry, permits, limit, known, ends. */
 void contract_acquire_args(struct contract_args *a, const struct contract_lock *l)
 {
     add_request(a, l, '\0');
     add_num(a, l->permits);
     add_num(a, l->limit);
     add(a, l->known);
+    add_num(a, l->ends);
 }
 
 /* unlock.lua: session:owner, mode, all, token, counts to drop, lock-delay,

@@ -72,6 +72,7 @@ struct contract_lock {
     long long permits;     /* ACQUIRE only */
     long long limit;       /* ACQUIRE only */
     const char *known;     /* per name '1' when the daemon knows of a hold or wait of who on it, else '0' */
+    long long ends;        /* Redis time (ms) its wait ends, 0 for never: its queue entries end by then */
 };
 
 /*

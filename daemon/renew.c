@@ -342,12 +342,15 @@ static int add_wait(const char *key, void *val, void *arg)
 {
     struct cycle *cy = arg;
     struct wait *w = val;
+    long long ends = wait_redis_ends(w);
+    char lease[64];
 
     (void)key;
-    if (w->phase != WAIT_QUEUED)
+    if (w->phase != WAIT_QUEUED || w->cancel_until)
         return 0;
+    snprintf(lease, sizeof(lease), ends ? "%s/%lld" : "%s", cy->lease, ends);
     for (int i = 0; i < w->nnames; i++)
-        add(cy, w->names[i], "@", w->wid, cy->lease, "");
+        add(cy, w->names[i], "@", w->wid, lease, "");
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "wait.h"
 
 static void wait_cancel(struct wait *w);
+static void cancel_unanswered(struct wait *w);
 static void wait_abandon(struct wait *w);
 
 static char *wid_copy(const struct wait *w)
@@ -591,6 +592,7 @@ void wait_submit(struct wait *w)
         .permits = w->k,
         .limit = w->limit,
         .known = known,
+        .ends = wait_redis_ends(w),
     };
     struct contract_args args;
     char *wid;
@@ -648,8 +650,13 @@ static void on_poke(struct dlockd *d, const struct contract_reply *rep, void *ar
 static void on_retry(struct deadline *dl)
 {
     struct wait *w = container_of(dl, struct wait, retry);
-    char *wid = wid_copy(w);
+    char *wid;
 
+    if (w->cancel_until) {
+        wait_cancel(w);
+        return;
+    }
+    wid = wid_copy(w);
     if (hold_script(w->d, OP_POKE, w->nnames, (const char *const *)w->names, NULL, on_poke, NULL, wid))
         free(wid);
 }
@@ -661,10 +668,8 @@ static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *
 
     if (rep == NULL) {
         if ((w = dict_get(d->waits, wid)) != NULL) {
-            struct req *r = wait_take_req(w);
-            if (r)
-                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
-            wait_free(w);
+            wait_phase(w, WAIT_QUEUED);
+            cancel_unanswered(w);
         }
         free(wid);
         return;
@@ -692,6 +697,42 @@ static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *
     free(wid);
 }
 
+long long wait_redis_ends(const struct wait *w)
+{
+    if (w->ends == 0 || w->d->redis_offset_at == 0)
+        return 0;
+    return (long long)w->ends + w->d->redis_offset;
+}
+
+#define CANCEL_RETRY_MS 1000 /* between tries of a cancel Redis did not answer */
+
+/*
+ * A cancel of w was not answered (or could not be sent): w may still be
+ * queued, or be granted, in Redis. Its request hears ERR BACKEND (a QUIT
+ * goes on) only once nothing of w can live there any more: when its wait
+ * ended, since its queue entries and a grant they get end with it in Redis
+ * time (lock.lua), else once a lease has passed unrenewed. Till then the
+ * cancel is tried again, and a grant it finds is undone.
+ */
+static void cancel_unanswered(struct wait *w)
+{
+    uint64_t now = now_ms();
+    struct req *r;
+
+    if (w->cancel_until == 0)
+        w->cancel_until = wait_redis_ends(w) ? w->ends : now + (uint64_t)w->d->cfg.lock_lease;
+    if (now < w->cancel_until) {
+        deadline_arm(w->d->deadlines, &w->retry, now + CANCEL_RETRY_MS < w->cancel_until ? now + CANCEL_RETRY_MS
+                                                                                          : w->cancel_until);
+        return;
+    }
+    if ((r = wait_take_req(w)) != NULL && w->intent == WAIT_QUITTING)
+        req_drop(r);
+    else if (r)
+        req_err(r, PROTO_EBACKEND, "Redis did not answer in time; nothing was granted");
+    wait_free(w);
+}
+
 /* Takes w out of its queues; the reply says whether it was granted first. */
 static void wait_cancel(struct wait *w)
 {
@@ -705,11 +746,9 @@ static void wait_cancel(struct wait *w)
     wid = wid_copy(w);
     contract_cancel_args(&args, w->wid, w->hid, 0);
     if (hold_script(w->d, OP_CANCEL, w->nnames, (const char *const *)w->names, &args, on_cancel, NULL, wid)) {
-        struct req *r = wait_take_req(w);
         free(wid);
-        if (r)
-            req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(w->d->redis));
-        wait_free(w);
+        wait_phase(w, WAIT_QUEUED);
+        cancel_unanswered(w);
     }
 }
 
@@ -829,8 +868,10 @@ struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kin
     w->edges = (struct deadlock_edges){ w->hid, w->nnames, (const char *const *)w->names };
     deadline_init(&w->timeout, on_timeout);
     deadline_init(&w->retry, on_retry);
-    if (w->wait_ms > 0)
-        deadline_arm(d->deadlines, &w->timeout, r->arrived + (uint64_t)w->wait_ms);
+    if (w->wait_ms > 0) {
+        w->ends = r->arrived + (uint64_t)w->wait_ms;
+        deadline_arm(d->deadlines, &w->timeout, w->ends);
+    }
     wait_attach(w, s);
     d->nwaiting += w->wait_ms != 0;
     r->gone = on_req_gone;

@@ -63,6 +63,8 @@ struct wait {
     enum wait_phase phase;    /* in Redis; moved only by wait_phase */
     enum wait_intent intent;  /* of its client; moved only by wait_intend */
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
+    uint64_t ends;            /* monotonic ms its wait= ends, 0 for never */
+    uint64_t cancel_until;    /* a cancel went unanswered: tried again until then (monotonic ms), else 0 */
     struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
     const struct wait_parent *parent; /* answers instead of it, or NULL */
     void *parent_arg;
@@ -70,6 +72,9 @@ struct wait {
     int nnames;
     char *names[];            /* then the strings of hid, client and names */
 };
+
+/* The Redis time (ms) at which w stops waiting, by the clock offset learnt from Redis; 0 for never or not known. */
+long long wait_redis_ends(const struct wait *w);
 
 /*
  * Checks max-waits and max-waiters for r (of session s) when it may wait

@@ -116,6 +116,32 @@ START_TEST(test_resume_behind_gate)
 }
 END_TEST
 
+/* A queued LOCK whose wait runs out while Redis stalls hears ERR BACKEND (its cancel is not
+ * answered). Its queue place ends with its wait in Redis too: the name, released once Redis is
+ * back, is not granted to it behind everyone's back (before, that grant blocked the name for a
+ * whole lease, or the owner's next LOCK re-entered it). */
+START_TEST(test_no_grant_after_backend_error)
+{
+    struct h_dlockd *d = h_dlockd_start(R->port, H_ARGS("--backend-timeout", "500ms"));
+    struct h_conn *a = H_CLIENT(d, "name=alice"), *b = H_CLIENT(d, "name=bob"), *c = H_CLIENT(d, "name=carol");
+    const char *r;
+
+    H_LOCK_NEW(a, "late");
+    h_send(b, "LOCK late wait=1s");
+    ck_assert(h_wait_waiters(c, "late", 1, 5000));
+    h_redis_pause(R);
+    r = H_REPLY(b, "ERR BACKEND%*", 5000);
+    h_redis_resume(R);
+    H_REQ(a, "OK count=0", "UNLOCK late");
+    H_LOCK_NEW(c, "late");
+    H_REQ(c, "OK count=0", "UNLOCK late");
+    H_REQ(b, "OK token=%d count=1", "LOCK late");
+    H_REQ(b, "OK count=0", "UNLOCK late");
+    ck_assert(h_is_free(c, "late"));
+    (void)r;
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -127,6 +153,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_quit_behind_resume);
     tcase_add_test(tc, test_lock_behind_refused_resume);
     tcase_add_test(tc, test_resume_behind_gate);
+    tcase_add_test(tc, test_no_grant_after_backend_error);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -301,6 +301,16 @@ local function remember_waiter(s, hid, wid)
     redis.call('HSET', s.h, hid, hold_encode(h))
 end
 
+-- When a queue entry with lease qttl ends: never after ends (Redis ms), the
+-- end of its request's wait, when there is one: what Redis grants it after
+-- its daemon answered TIMEOUT or ERR BACKEND would be granted to nobody.
+local function entry_end(qttl, ends)
+    if ends > 0 and ends < NOW + qttl then
+        return num(ends)
+    end
+    return NOW + qttl
+end
+
 -- Grants waiter wid on every state of group, and tells its daemon. Each hold
 -- takes over the lease of its queue entry, which only a live daemon renews:
 -- a dead daemon's waiter holds nothing longer than it would have waited.

@@ -2,14 +2,16 @@
 -- all or nothing.
 -- ARGV from A: session:owner, mode (x or s), client name, wid, wait (1 to
 -- queue), Redis lease of a grant now (ms), lease recorded with the hold,
--- bounded (1 with lease=), lease of the queue entries (ms), and per name 1
--- when the daemon knows of a hold or wait of session:owner on it, else 0.
+-- bounded (1 with lease=), lease of the queue entries (ms), per name 1
+-- when the daemon knows of a hold or wait of session:owner on it, else 0,
+-- and the Redis time (ms) at which the request stops waiting (0 for never):
+-- its queue entries, and so a grant they get, end then at the latest.
 -- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
 -- WRONGTYPE name | DEADLOCK.
 local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
 local wait, ttl, lease, bounded, qttl = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]),
     ARGV[A + 7], tonumber(ARGV[A + 8])
-local known = ARGV[A + 9]
+local known, ends = ARGV[A + 9], tonumber(ARGV[A + 10])
 local hid = mode .. who
 
 -- The fast path: no name has a hold, a waiter, or another type.
@@ -106,6 +108,6 @@ for i, s in ipairs(S) do
     end
     redis.call('ZADD', s.q, seq, wid)
     redis.call('HSET', s.w, wid, entry)
-    redis.call('ZADD', s.x, NOW + qttl, '@' .. wid)
+    redis.call('ZADD', s.x, entry_end(qttl, ends), '@' .. wid)
 end
 return reply('WAIT', retry_after(S))

@@ -1,7 +1,9 @@
 -- standalone
 -- renew.lua: extends the leases of many holds and waiters, on many names, in one call.
 -- KEYS: the keys h, x, q, w, m of each name (see common.lua). ARGV, for each
--- name in order: n, then n pairs member, lease-ms.
+-- name in order: n, then n pairs member, lease-ms; a waiter's lease may be
+-- "ms/ends", where ends is the Redis time (ms) its wait ends: its entry is
+-- never renewed past it (lock.lua).
 -- Returns item-index (counting pairs from 1), member of each one already gone
 -- (lease ran out, or Redis lost it). The keys of a name are then kept at
 -- least KEY_MARGIN_MS past the latest lease renewed (PEXPIREAT GT: every
@@ -25,12 +27,15 @@ for k = 1, #KEYS, 5 do
     local x, n, last = KEYS[k + 1], tonumber(ARGV[a]), 0
     a = a + 1
     for _ = 1, n do
-        local m, lease = ARGV[a], tonumber(ARGV[a + 1])
+        local m, lease, ends = ARGV[a], string.match(ARGV[a + 1], '^(%d+)/?(%d*)$')
         a, item = a + 2, item + 1
-        local s = redis.call('ZSCORE', x, m)
+        local s, upto = redis.call('ZSCORE', x, m), now + tonumber(lease)
+        if ends ~= '' then
+            upto = math.min(upto, tonumber(ends))
+        end
         if s and tonumber(s) > now then
-            redis.call('ZADD', x, at(now + lease), m)
-            last = math.max(last, now + lease)
+            redis.call('ZADD', x, at(upto), m)
+            last = math.max(last, upto)
         else
             table.insert(lost, item)
             table.insert(lost, m)
