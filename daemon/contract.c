@@ -409,6 +409,8 @@ int contract_record(const redisReply *rep, struct contract_record *rec)
             rec->hash = v;
         else if (strcmp(f, CONTRACT_REC_TTL) == 0)
             rec->ttl = strtoll(v, NULL, 10);
+        else if (strcmp(f, CONTRACT_REC_KILLED) == 0)
+            rec->killed = 1;
     }
     return rec->daemon[0] ? 0 : -1;
 }

@@ -241,6 +241,7 @@ struct contract_record {
     const char *hash;      /* SHA-256 of its secret, hex */
     long long ttl;         /* ms */
     int nindex;            /* entries: see contract_record_index */
+    int killed;            /* ended by an operator's KILL on the daemon it names */
     const redisReply *rep;
 };
 
@@ -251,6 +252,7 @@ struct contract_record {
 #define CONTRACT_REC_HASH "k"
 #define CONTRACT_REC_PEER "p"
 #define CONTRACT_REC_INDEX 'i'
+#define CONTRACT_REC_KILLED "x" /* ended by an operator's KILL */
 
 /* Decodes rep into rec. Returns 0, or -1 when there is no record (or it names no daemon). A
  * record that ended has a daemon and nothing else: hash "" and ttl 0 (session.lua del). */

@@ -80,15 +80,35 @@ struct check {
     void *arg;
 };
 
-/* When another daemon has the session now, it goes from here, holds and record left as they are. */
+/*
+ * The holds of s that moved away are the new daemon's, which adopted those
+ * its record listed before it claimed s. One granted here since is still
+ * this daemon's in Redis and nobody else knows of it: it is released (Redis
+ * refuses to release an adopted one: its daemon is another).
+ */
+static void release_unadopted(struct session *s)
+{
+    const struct hold *h;
+
+    TAILQ_FOREACH(h, &s->holds, in_session) {
+        char token[TOKEN_MAX];
+        snprintf(token, sizeof(token), "%llu", h->token);
+        hold_release(s->d, h->ln->name, h->hid, token, 1, 0, 0);
+    }
+}
+
+/* When another daemon has the session now, it goes from here, record left as it is. */
 static void on_moved(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
 {
     struct check *ck = arg;
     struct session *s = session_find(d, ck->sid);
 
     /* No record proves nothing: the message may be forged, or Redis lost it. */
-    if (s && rec && strcmp(rec->daemon, d->id) != 0) {
+    if (s && rec && strcmp(rec->daemon, d->id) != 0 && rec->killed) {
+        oper_killed_elsewhere(s);
+    } else if (s && rec && strcmp(rec->daemon, d->id) != 0) {
         log_info("s%s: session moved to daemon %s", s->id, rec->daemon);
+        release_unadopted(s);
         conn_moved_away(s);
         session_drop(s);
     }

@@ -100,6 +100,12 @@ static void kill_session(struct session *s)
     session_end(s, SESSION_EXPIRED);
 }
 
+void oper_killed_elsewhere(struct session *s)
+{
+    log_info("audit: admin KILL session=%s client=%s holds=%d on another daemon", s->id, s->name, s->nholds);
+    kill_session(s);
+}
+
 static void kill_here(struct req *r, struct session *s)
 {
     log_info("audit: admin KILL session=%s client=%s holds=%d by %s", s->id, s->name, s->nholds, who(r));
@@ -136,6 +142,7 @@ static void kill_resumed(struct req *r, struct session *s)
         fatalx("oper: out of memory");
     log_info("audit: admin KILL session=%s client=%s holds=%d by %s", s->id, s->name, s->nholds, who(r));
     req_reply(r, "OK", NULL);
+    s->killed = 1; /* the daemon that had it ends its copy, and a grant it made meanwhile */
     if (record_put(s, kill_taken, sid))
         kill_taken(r->d, sid);
 }

@@ -125,6 +125,10 @@ int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), voi
     putv_add(&v, key);
     for (size_t i = 0; i < sizeof(head) / sizeof(head[0]); i++)
         putv_add(&v, head[i]);
+    if (s->killed) {
+        putv_add(&v, CONTRACT_REC_KILLED);
+        putv_add(&v, "1");
+    }
     /* The whole index: what the session holds, and may be granted. */
     d->hooks->each_index(s, put_entry, &v);
     for (int i = 0; i < v.argc; i++)
@@ -283,12 +287,12 @@ void record_flush(struct dlockd *d)
 void record_delete(struct session *s)
 {
     char key[CONTRACT_KEY_MAX];
-    const char *argv[] = { key, "del", s->d->id, RECORD_TOMBSTONE_MS };
+    const char *argv[] = { key, "del", s->d->id, RECORD_TOMBSTONE_MS, s->killed ? CONTRACT_REC_KILLED : "" };
 
     if (!s->has_secret)
         return;
     session_key(key, sizeof(key), s);
-    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 4, argv, on_done, NULL, NULL))
+    if (redis_script(s->d->redis, SCRIPT_SESSION, 1, 5, argv, on_done, NULL, NULL))
         log_debug("record: s%s left to expire: no link", s->id);
 }
 

@@ -210,7 +210,8 @@ START_TEST(test_kill)
 }
 END_TEST
 
-/* KILL reaches a session on another daemon, one that died included: taken over, then ended. */
+/* KILL reaches a session on another daemon, one that died included: taken over, then ended
+ * there too (its client hears LOST reason=admin, as for a KILL on its own daemon). */
 START_TEST(test_kill_across_daemons)
 {
     struct h_dlockd *d1 = start_admin(NULL), *d2 = start_admin(NULL), *d3 = start_admin(NULL);
@@ -222,7 +223,8 @@ START_TEST(test_kill_across_daemons)
     ck_assert_int_eq(h_send(b, "#w LOCK k-2 wait=20s"), 0);
     ck_assert(h_wait_waiters(o, "k-2", 1, 3000));
     H_REQ(o, "OK", "KILL %s", a->session);
-    H_EVENT(a, "* BYE reason=moved", 3000);
+    H_EVENT(a, "* LOST k-2 token=%d reason=admin", 3000);
+    H_EVENT(a, "* BYE reason=expired", 3000);
     ck_assert(h_wait_eof(a, 3000));
     ck_assert_ptr_nonnull(h_reply_tag(b, "w", 3000));
     ck_assert_msg(h_match(b->last, "#w OK token=%d count=1"), "%s", b->last);

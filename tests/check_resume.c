@@ -111,7 +111,8 @@ START_TEST(test_resume_behind_gate)
     ck_assert_msg(strstr(r, "gate") && h_now_ms() - sent < 2500, "the resume behind the gate: %s after %lld ms", r,
                   (long long)(h_now_ms() - sent));
     h_close(n);
-    H_REQ(a, "OK count=0", "UNLOCK g");
+    h_send(a, "UNLOCK g");
+    H_REPLY(a, "OK count=0", 20000); /* once the gate opens */
     H_LOCK_NEW(b, "g");
 }
 END_TEST
@@ -142,6 +143,35 @@ START_TEST(test_no_grant_after_backend_error)
 }
 END_TEST
 
+/* KILL of a session another daemon has takes it, then ends it: its client, still on that
+ * daemon, hears LOST reason=admin for each hold (before, BYE reason=moved and nothing of its
+ * holds), and a grant that daemon made for it meanwhile does not stay behind. */
+START_TEST(test_kill_across_daemons)
+{
+    const char *const *args = H_ARGS("--adminpass", "op-secret");
+    struct h_dlockd *d1 = h_dlockd_start(R->port, args), *d2 = h_dlockd_start(R->port, args);
+    struct h_conn *v = H_CLIENT(d1, "name=victim ttl=30s"), *h = H_CLIENT(d1, "name=holder");
+    struct h_conn *op = H_CLIENT(d2, "name=op"), *o = H_CLIENT(d2, "name=other");
+    long long t = H_LOCK_NEW(v, "k1");
+    char pat[100];
+
+    H_REQ(op, "OK", "AUTH op-secret");
+    H_LOCK_NEW(h, "k2");
+    h_send(v, "#w LOCK k2 wait=20s");
+    ck_assert(h_wait_waiters(o, "k2", 1, 5000));
+    /* the grant of k2 to the victim races with the takeover */
+    h_send(h, "UNLOCK k2");
+    h_send(op, "KILL %s", v->session);
+    H_REPLY(h, "OK count=0", 5000);
+    H_REPLY(op, "OK", 5000);
+    snprintf(pat, sizeof pat, "* LOST k1 token=%lld reason=admin", t);
+    H_EVENT(v, pat, 5000);
+    H_LOCK_NEW(o, "k1");
+    H_REQ(o, "OK token=%d count=1", "LOCK k2 wait=5s");
+    (void)d2;
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -154,6 +184,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_lock_behind_refused_resume);
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
+    tcase_add_test(tc, test_kill_across_daemons);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -15,10 +15,12 @@
 --            (deleted). A record that is gone stays gone.
 --   touch    KEYS: records; ARGV: the expiry (ms) of each. Returns the
 --            positions (from 1) of those that are gone.
---   del      KEYS[1]; ARGV daemon, ms: ends it, unless another daemon has it:
---            what is left for ms is only d, so that a daemon still holding a
---            copy of the session lets go when it reads it, and nobody can
---            resume it (no k).
+--   del      KEYS[1]; ARGV daemon, ms, killed: ends it, unless another daemon
+--            has it: what is left for ms is only d (and x when killed is
+--            "x": an operator's KILL), so that a daemon still holding a copy
+--            of the session lets go when it reads it (ending it there too
+--            after a KILL), and nobody can resume it (no k).
+-- The record's field x (any value) says an operator's KILL ended the session.
 local op = ARGV[1]
 
 if op == 'put' then
@@ -74,6 +76,9 @@ elseif op == 'del' then
     end
     redis.call('DEL', KEYS[1])
     redis.call('HSET', KEYS[1], 'd', ARGV[2])
+    if ARGV[4] == 'x' then
+        redis.call('HSET', KEYS[1], 'x', '1')
+    end
     return redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
 return redis.error_reply('session.lua: unknown operation ' .. tostring(op))
