@@ -163,6 +163,7 @@ void daemon_init(struct dlockd *d)
     d->deadlock = deadlock_new();
     d->names = dict_new();
     d->latches = dict_new();
+    d->latch_peers = dict_new();
     conn_init(d);
     d->redis = redis_new(d, &redis_owner);
 }
@@ -189,6 +190,7 @@ void daemon_free(struct dlockd *d)
     deadlock_free(d->deadlock);
     dict_free(d->names);
     dict_free(d->latches);
+    dict_free(d->latch_peers);
     deadlines_free(d->deadlines);
     config_free(&d->cfg);
     event_base_free(d->base);

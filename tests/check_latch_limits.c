@@ -1,0 +1,76 @@
+/* check_latch_limits.c - latch budgets per client address. */
+#include "harness.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* A session from the loopback address src, named name. */
+static struct h_conn *client_from(const struct h_dlockd *d, const char *src, const char *name)
+{
+    struct h_conn *c = h_connect_from_try(d->port, src);
+
+    if (c == NULL)
+        H_FAIL("cannot connect from %s", src);
+    H_REQ(c, "OK session=%w %*", "HELLO name=%s", name);
+    return c;
+}
+
+/* Ten sessions that create latches and QUIT leave them counted against their address: it is
+ * out of latches, another address is not, and the daemon-wide total is not spent. */
+START_TEST(test_quit_sessions_leave_peer_budget)
+{
+    struct h_conn *c, *other;
+    int made = 0;
+
+    D = h_dlockd_start(R->port, H_ARGS("--max-latches", "2", "--max-latches-per-peer", "4", "--max-latches-total",
+                                       "6"));
+    for (int i = 0; i < 10; i++) {
+        c = H_CLIENT(D, "name=filler");
+        for (int j = 0; j < 2; j++) {
+            const char *r = H_REQ(c, "%*", "LATCH fill-%d-%d count=1 ttl=1h", i, j);
+            if (h_match(r, "OK count=1"))
+                made++;
+            else
+                ck_assert_msg(h_match(r, "ERR LIMIT %*max-latches-per-peer is 4"), "LATCH: %s", r);
+        }
+        H_REQ(c, "OK", "QUIT");
+        h_close(c);
+    }
+    ck_assert_int_eq(made, 4);
+    /* A new session from the same address: its address's latches have not ended. */
+    c = H_CLIENT(D, "name=again");
+    H_REQ(c, "ERR LIMIT 4 latches created from 127.0.0.1 have not ended%*", "LATCH again count=1");
+    /* Another address has a budget of its own. */
+    other = client_from(D, "127.0.0.2", "other");
+    H_REQ(other, "OK count=1", "LATCH other-1 count=1");
+    H_REQ(other, "OK count=1", "LATCH other-2 count=1");
+    /* A latch that ends gives its place back to the address that created it. */
+    H_REQ(other, "OK count=0", "COUNTDOWN fill-0-0");
+    H_REQ(c, "OK count=1", "LATCH again count=1");
+    /* Six latches are left: the total binds a third address. */
+    other = client_from(D, "127.0.0.3", "third");
+    H_REQ(other, "ERR LIMIT %*max-latches-total is 6", "LATCH third count=1");
+}
+END_TEST
+
+static Suite *latch_limits_suite(void)
+{
+    Suite *s = suite_create("latch_limits");
+    TCase *tc = tcase_create("latch_limits");
+
+    tcase_add_checked_fixture(tc, h_setup_redis, h_teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_quit_sessions_leave_peer_budget);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return h_run_suite(latch_limits_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
