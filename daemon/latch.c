@@ -2,7 +2,8 @@
  * here before it reads the count, and the script that counts down to 0
  * announces it to every daemon, so no awaiter polls or misses the moment.
  * The latches created through this daemon are remembered until they end,
- * for max-latches, max-latches-per-peer and max-latches-total. */
+ * for max-latches, max-latches-per-peer, max-latches-total and LIST. */
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,6 +498,120 @@ void latch_on_message(struct dlockd *d, const char *name)
      * released. A burst of messages moves the one deadline, it does not add reads. */
     if (l != NULL)
         deadline_arm(d->deadlines, &l->lapse, now_ms());
+}
+
+/* --- LIST */
+
+/* One latch of a LIST: what is known here, then its entry once Redis answered. */
+struct shown {
+    struct listing *ls;
+    char *name, *client;
+    char sid[DLOCKD_ID_LEN + 1];
+    char peer[PEER_KEY_MAX];
+    json_t *entry;             /* NULL until read, and when it has ended */
+};
+
+/* The latches of a LIST being read. */
+struct listing {
+    struct dlockd *d;
+    const char *pattern;       /* NULL for all; only while the walk runs */
+    latch_listed *done;
+    void *arg;
+    struct shown *v;
+    long long n, cap, limit;
+    long long pending;         /* reads not answered, plus one while they are sent */
+    const char *err;           /* why a read had no answer; NULL while all had */
+};
+
+static int add_shown(const char *key, void *val, void *arg)
+{
+    struct listing *ls = arg;
+    struct latch *l = val;
+    struct shown *sh;
+
+    if (l->creator[0] == '\0' || (ls->pattern && fnmatch(ls->pattern, key, 0) != 0))
+        return 0;
+    if (ls->n == ls->cap) {
+        ls->cap = ls->cap ? ls->cap * 2 : 16;
+        if ((ls->v = realloc(ls->v, (size_t)ls->cap * sizeof(*ls->v))) == NULL)
+            fatalx("latch: out of memory");
+    }
+    sh = &ls->v[ls->n++];
+    *sh = (struct shown){ .ls = ls, .name = strdup(l->name), .client = strdup(l->client) };
+    if (sh->name == NULL || sh->client == NULL)
+        fatalx("latch: out of memory");
+    memcpy(sh->sid, l->creator, sizeof(sh->sid));
+    memcpy(sh->peer, l->peer->key, sizeof(sh->peer));
+    return 0;
+}
+
+static int by_shown_name(const void *a, const void *b)
+{
+    return strcmp(((const struct shown *)a)->name, ((const struct shown *)b)->name);
+}
+
+static void listing_end(struct listing *ls)
+{
+    json_t *list = json_array();
+    int more = ls->n > ls->limit;
+
+    for (long long i = 0; i < ls->n; i++) {
+        if (ls->v[i].entry && i < ls->limit)
+            json_array_append(list, ls->v[i].entry);
+        json_decref(ls->v[i].entry);
+        free(ls->v[i].name);
+        free(ls->v[i].client);
+    }
+    if (ls->err) {
+        json_decref(list);
+        ls->done(ls->d, NULL, 0, ls->err, ls->arg);
+    } else {
+        ls->done(ls->d, list, more, NULL, ls->arg);
+    }
+    free(ls->v);
+    free(ls);
+}
+
+static void on_shown(struct dlockd *d, const struct contract_reply *rep, void *arg)
+{
+    struct shown *sh = arg;
+    struct listing *ls = sh->ls;
+
+    if (rep == NULL)
+        ls->err = "Redis did not answer in time";
+    else if (count_of(rep) == 0)
+        latch_release(d, sh->name); /* it ended unheard: it counts no more */
+    else
+        sh->entry = json_pack("{s:s, s:I, s:I, s:s, s:s, s:s}", "name", sh->name, "count",
+                              (json_int_t)count_of(rep), "ttl_ms", (json_int_t)ttl_of(rep), "session", sh->sid,
+                              "client", sh->client, "peer", sh->peer);
+    if (--ls->pending == 0)
+        listing_end(ls);
+}
+
+void latch_list(struct dlockd *d, const char *pattern, long long limit, latch_listed *done, void *arg)
+{
+    struct listing *ls = calloc(1, sizeof(*ls));
+    struct contract_args args;
+
+    if (ls == NULL)
+        fatalx("latch: out of memory");
+    *ls = (struct listing){ .d = d, .pattern = pattern, .done = done, .arg = arg, .limit = limit };
+    dict_each(d->latches, add_shown, ls);
+    ls->pattern = NULL;
+    qsort(ls->v, (size_t)ls->n, sizeof(*ls->v), by_shown_name);
+    contract_latch_args(&args, "read", 0, 0);
+    ls->pending = 1;
+    for (long long i = 0; i < ls->n && i < limit; i++) {
+        const char *names[] = { ls->v[i].name };
+        ls->pending++;
+        if (hold_script(d, OP_LATCH, 1, names, &args, on_shown, NULL, &ls->v[i])) {
+            ls->err = redis_unavailable(d->redis);
+            ls->pending--;
+        }
+    }
+    if (--ls->pending == 0)
+        listing_end(ls);
 }
 
 static int free_one(const char *key, void *val, void *arg)

@@ -1,4 +1,4 @@
-/* check_latch_limits.c - latch budgets per client address. */
+/* check_latch_limits.c - latch budgets per client address, and latches in LIST. */
 #include "harness.h"
 
 #include <signal.h>
@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ADMINPASS "b0ss"
 
 /* A session from the loopback address src, named name. */
 static struct h_conn *client_from(const struct h_dlockd *d, const char *src, const char *name)
@@ -56,6 +57,36 @@ START_TEST(test_quit_sessions_leave_peer_budget)
 }
 END_TEST
 
+/* LIST shows the latches created through this daemon, with their creator, after it quit too. */
+START_TEST(test_list_shows_latches)
+{
+    struct h_conn *a, *o;
+    const char *r;
+    char sid[64], pat[400];
+
+    D = h_dlockd_start(R->port, H_ARGS("--adminpass", ADMINPASS));
+    a = H_CLIENT(D, "name=alice");
+    snprintf(sid, sizeof sid, "%s", a->session);
+    o = H_CONNECT(D->port);
+    H_REQ(o, "OK", "AUTH %s", ADMINPASS);
+    H_REQ(a, "OK count=3", "LATCH lt-1 count=3 ttl=1h");
+    H_REQ(a, "OK count=1", "LATCH lt-2 count=1");
+    H_REQ(a, "OK count=1", "LATCH other count=1");
+    H_REQ(a, "OK count=2", "COUNTDOWN lt-1");
+    H_REQ(a, "OK", "QUIT");
+    snprintf(pat, sizeof pat,
+             "OK {\"names\":[],\"latches\":[{\"name\":\"lt-1\",\"count\":2,\"ttl_ms\":%%d,\"session\":\"%s\","
+             "\"client\":\"alice\",\"peer\":\"127.0.0.1\"},{\"name\":\"lt-2\",%%*}],\"more\":0}",
+             sid);
+    r = H_REQ(o, pat, "LIST lt-*");
+    ck_assert_msg(h_json_int(r, "ttl_ms") > 3500 * 1000, "%s", r);
+    H_REQ(o, "OK {\"names\":[],\"latches\":[{\"name\":\"lt-1\",%*}],\"more\":1}", "LIST lt-* limit=1");
+    /* One that ended is gone from the list. */
+    H_REQ(o, "OK count=0", "COUNTDOWN lt-2");
+    H_REQ(o, "OK {\"names\":[],\"latches\":[{\"name\":\"lt-1\",%*}],\"more\":0}", "LIST lt-*");
+}
+END_TEST
+
 static Suite *latch_limits_suite(void)
 {
     Suite *s = suite_create("latch_limits");
@@ -64,6 +95,7 @@ static Suite *latch_limits_suite(void)
     tcase_add_checked_fixture(tc, h_setup_redis, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_quit_sessions_leave_peer_budget);
+    tcase_add_test(tc, test_list_shows_latches);
     suite_add_tcase(s, tc);
     return s;
 }
