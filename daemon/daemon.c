@@ -149,6 +149,7 @@ static const struct redis_owner redis_owner = {
     .message = on_message,
     .renew = renew_now,
     .failover = renew_failover,
+    .resubscribed = latch_recheck,
 };
 
 void daemon_init(struct dlockd *d)

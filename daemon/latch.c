@@ -1,8 +1,10 @@
 /* latch.c - count-down latches. The count lives in Redis; an AWAIT registers
  * here before it reads the count, and the script that counts down to 0
- * announces it to every daemon, so no awaiter polls or misses the moment.
- * The latches created through this daemon are remembered until they end,
- * for max-latches, max-latches-per-peer, max-latches-total and LIST. */
+ * announces it to every daemon, so no awaiter polls or misses the moment;
+ * after a reconnect, which may have lost such an announcement, every latch
+ * known here is read again. The latches created through this daemon are
+ * remembered until they end, for max-latches, max-latches-per-peer,
+ * max-latches-total and LIST. */
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,6 +500,22 @@ void latch_on_message(struct dlockd *d, const char *name)
      * released. A burst of messages moves the one deadline, it does not add reads. */
     if (l != NULL)
         deadline_arm(d->deadlines, &l->lapse, now_ms());
+}
+
+/* The link is back: reads l at once (latch_on_message's deadline), for what it may have missed. */
+static int reread_one(const char *key, void *val, void *arg)
+{
+    struct latch *l = val;
+
+    (void)key;
+    (void)arg;
+    deadline_arm(l->d->deadlines, &l->lapse, now_ms());
+    return 0;
+}
+
+void latch_recheck(struct dlockd *d)
+{
+    dict_each(d->latches, reread_one, NULL);
 }
 
 /* --- LIST */

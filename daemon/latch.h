@@ -13,6 +13,12 @@ void latch_await(struct req *r);
 /* A latch reached 0, says the latch channel: its count is read, and its awaiters here are released if it did. */
 void latch_on_message(struct dlockd *d, const char *name);
 /*
+ * The link to Redis is back, and what the latch channel said meanwhile is
+ * lost: every latch awaited or created here is read again, once, in the
+ * same turn (so in batch calls), and its awaiters are released if it ended.
+ */
+void latch_recheck(struct dlockd *d);
+/*
  * What a LIST of latches hands over: their entries (the callee takes
  * ownership) and more (1 when there were more than limit), or NULL and
  * why (the text of an ERR BACKEND).
