@@ -9,6 +9,7 @@
 #include "dict.h"
 #include "dlockd.h"
 #include "hooks.h"
+#include "latch.h"
 #include "log.h"
 #include "redis.h"
 #include "session.h"
@@ -33,6 +34,8 @@ struct census {
     long long nnames;
     json_t **entries;              /* per name, once its STATUS answered; NULL if it went meanwhile */
     long long pending;             /* STATUS calls not answered */
+    char *pattern;                 /* LIST's, for its latches; NULL for all */
+    json_t *found;                 /* the names' entries, while the latches are read */
 };
 
 /* One STATUS call of a census. */
@@ -51,6 +54,8 @@ static void census_free(struct census *c)
     free(c->names);
     free(c->entries);
     dict_free(c->seen);
+    free(c->pattern);
+    json_decref(c->found);
     free(c);
 }
 
@@ -59,21 +64,31 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static void on_latches(struct dlockd *d, json_t *latches, int more, const char *err, void *arg)
+{
+    struct census *c = arg;
+
+    if (err)
+        c->done(d, NULL, err, c->arg);
+    else
+        c->done(d, json_pack("{s:O, s:o, s:i}", "names", c->found, "latches", latches, "more", c->more || more), NULL,
+                c->arg);
+    census_free(c);
+}
+
+/* The names are known: the latches created here follow. */
 static void finish(struct census *c, const char *err)
 {
-    json_t *names;
-
     if (err) {
         c->done(c->d, NULL, err, c->arg);
         census_free(c);
         return;
     }
-    names = json_array();
+    c->found = json_array();
     for (long long i = 0; i < c->nnames; i++)
         if (c->entries && c->entries[i])
-            json_array_append(names, c->entries[i]);
-    c->done(c->d, json_pack("{s:o, s:i}", "names", names, "more", c->more), NULL, c->arg);
-    census_free(c);
+            json_array_append(c->found, c->entries[i]);
+    latch_list(c->d, c->pattern, c->limit, on_latches, c);
 }
 
 static void on_status(struct dlockd *d, const struct contract_reply *rep, void *arg)
@@ -210,6 +225,8 @@ int census_names(struct dlockd *d, const char *pattern, long long limit, census_
     c->arg = arg;
     c->limit = limit;
     c->seen = dict_new();
+    if (pattern && (c->pattern = strdup(pattern)) == NULL)
+        fatalx("census: out of memory");
     snprintf(c->cursor, sizeof(c->cursor), "0");
     /* Holds and queue entries both have a lease in the x key: it exists while anyone holds or waits. */
     n = glob_escape(c->match, d->cfg.key_prefix);

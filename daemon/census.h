@@ -17,10 +17,12 @@ typedef void census_done(struct dlockd *d, json_t *doc, const char *err, void *a
 
 /*
  * Collects the names held or waited on through every daemon sharing the
- * Redis whose name matches the glob pattern (NULL for all), limit at most:
- * {"names":[{"name","type","holders","waiters"}...],"more":0|1}. A bounded
- * number of SCAN steps, then one STATUS per name found. Returns 0 (done is
- * called later, once), or -1 when Redis cannot be asked now.
+ * Redis whose name matches the glob pattern (NULL for all), limit at most,
+ * then the latches created through this daemon that match, limit at most:
+ * {"names":[{"name","type","holders","waiters"}...],"latches":[latch_list's
+ * entries],"more":0|1}. A bounded number of SCAN steps, then one STATUS per
+ * name found and one read per latch. Returns 0 (done is called later,
+ * once), or -1 when Redis cannot be asked now.
  */
 int census_names(struct dlockd *d, const char *pattern, long long limit, census_done *done, void *arg);
 /*

@@ -72,6 +72,8 @@ static const struct conf_key keys[] = {
     { "max-inflight", CONF_INT, FIELD(max_inflight), "8192", 1, 1000000, LIVE },
     { "max-latches", CONF_INT, FIELD(max_latches), "10000", 0, 100000000, LIVE },
     { "max-latches-total", CONF_INT, FIELD(max_latches_total), "100000", 0, 100000000, LIVE },
+    { "max-latches-per-peer", CONF_INT, FIELD(max_latches_per_peer), "10000", 0, 100000000, LIVE },
+    { "latch-ttl-max", CONF_DURATION, FIELD(latch_ttl_max), "168h", 1000, 168LL * 3600 * 1000, LIVE },
     { "max-ids", CONF_INT, FIELD(max_ids), "1000", 0, 1000000, LIVE },
     { "max-ids-total", CONF_INT, FIELD(max_ids_total), "100000", 0, 100000000, LIVE },
     { "unixsocket-perm", CONF_OCTAL, FIELD(unixsocket_perm), "0660", 0, 0777, RESTART },

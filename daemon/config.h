@@ -59,6 +59,8 @@ struct config {
     int64_t max_inflight;     /* requests being served at once, per connection */
     int64_t max_latches;      /* latches a session created that still live */
     int64_t max_latches_total; /* latches created through this daemon that still live */
+    int64_t max_latches_per_peer; /* of those, created from one client address, whatever session */
+    int64_t latch_ttl_max;    /* ms a latch may live at most */
     int64_t max_ids;          /* id= replies remembered per session */
     int64_t max_ids_total;    /* id= replies remembered on this daemon */
     enum log_level log_level;

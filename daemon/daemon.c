@@ -169,6 +169,7 @@ static const struct redis_owner redis_owner = {
     .message = on_message,
     .renew = renew_now,
     .failover = renew_failover,
+    .resubscribed = latch_recheck,
 };
 
 void daemon_init(struct dlockd *d)
@@ -183,6 +184,7 @@ void daemon_init(struct dlockd *d)
     d->deadlock = deadlock_new();
     d->names = dict_new();
     d->latches = dict_new();
+    d->latch_peers = dict_new();
     conn_init(d);
     d->redis = redis_new(d, &redis_owner);
 }
@@ -209,6 +211,7 @@ void daemon_free(struct dlockd *d)
     deadlock_free(d->deadlock);
     dict_free(d->names);
     dict_free(d->latches);
+    dict_free(d->latch_peers);
     deadlines_free(d->deadlines);
     config_free(&d->cfg);
     event_base_free(d->base);

@@ -52,7 +52,8 @@ struct dlockd {
     uint64_t nlatches;          /* latches created here that have not ended (latch.c) */
     int64_t redis_offset;       /* Redis time minus monotonic ms, a lower bound (hold.c) */
     uint64_t redis_offset_at;   /* monotonic ms it was last learnt; 0 before the first reply */
-    struct dict *latches;       /* name -> struct awaiters of a latch */
+    struct dict *latches;       /* name -> struct latch: its awaiters here, its creator if created here */
+    struct dict *latch_peers;   /* client address -> struct latch_peer: its latches created here (latch.c) */
     struct idrec_list ids;      /* remembered id= replies of all sessions, oldest first (reqid.c) */
     int64_t nids;               /* in ids */
     struct conn_list conns;     /* open connections */

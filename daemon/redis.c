@@ -575,6 +575,7 @@ static void link_up(struct redis *rd)
     rd->shown = SHOWN_UP;
     log_notice("backend: Redis at %s is up", where(rd));
     release_held(rd);
+    rd->owner->resubscribed(rd->d);
     if (!rd->d->ready) {
         rd->d->ready = 1;
         notify("READY=1\nSTATUS=serving, Redis connected");

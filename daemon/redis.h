@@ -25,6 +25,7 @@ struct redis_owner {
     void (*message)(struct dlockd *d, int latch, const char *msg); /* on the latch channel (1) or this daemon's */
     void (*renew)(struct dlockd *d);                               /* renew every lease now: the link is back */
     void (*failover)(struct dlockd *d);                            /* the same, to another server than before */
+    void (*resubscribed)(struct dlockd *d); /* a new pub/sub connection: what was published before it is lost */
 };
 
 /* A link to Redis that reports to owner (not copied), not connected yet. */

@@ -82,7 +82,7 @@ START_TEST(test_refused_with_requirepass)
         H_REQ(c, "ERR NOAUTH %*", "%s", admin_verbs[i]);
     /* The admin password satisfies requirepass, by AUTH or HELLO auth=. */
     H_REQ(a, "OK session=%x%*", "HELLO auth=%s name=ops", ADMINPASS);
-    H_REQ(a, "OK {\"names\":[],\"more\":0}", "LIST");
+    H_REQ(a, "OK {\"names\":[],\"latches\":[],\"more\":0}", "LIST");
     H_LOCK_NEW(a, "mine");
     /* Wrong admin passwords count like wrong passwords. */
     H_REQ(w, "ERR NOAUTH invalid password", "AUTH x");
@@ -147,7 +147,7 @@ START_TEST(test_list_across_daemons)
     ck_assert_int_eq(count_of(r, "\"name\":"), 3);
     r = H_REQ(o, "OK {\"names\":[%*],\"more\":1}", "LIST limit=2");
     ck_assert_int_eq(count_of(r, "\"name\":"), 2);
-    H_REQ(o, "OK {\"names\":[],\"more\":0}", "LIST nothing-*");
+    H_REQ(o, "OK {\"names\":[],\"latches\":[],\"more\":0}", "LIST nothing-*");
 
     /* The admin endpoint shows the same document. */
     ck_assert_int_eq(h_http_get(port, "/locks?pattern=la-*", NULL, &body, 5000), 200);

@@ -1630,6 +1630,29 @@ struct h_conn *h_connect_try(int port)
     return c;
 }
 
+struct h_conn *h_connect_from_try(int port, const char *src)
+{
+    struct sockaddr_in from = {.sin_family = AF_INET}, to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                                         .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct h_conn *c;
+
+    if (fd < 0)
+        return NULL;
+    if (inet_pton(AF_INET, src, &from.sin_addr) != 1 || bind(fd, (struct sockaddr *)&from, sizeof from) < 0 ||
+        connect(fd, (struct sockaddr *)&to, sizeof to) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c = calloc(1, sizeof *c);
+    c->fd = fd;
+    h_track_conn(c);
+    return c;
+}
+
 struct h_conn *h_connect_unix_try(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};

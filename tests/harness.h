@@ -278,6 +278,8 @@ void h_dump_logs(void);
 
 /* Connects to 127.0.0.1:port; NULL on failure. */
 struct h_conn *h_connect_try(int port);
+/* Connects to 127.0.0.1:port from the loopback address src ("127.0.0.2"): another peer for the daemon. */
+struct h_conn *h_connect_from_try(int port, const char *src);
 /* Connects to the unix stream socket at path; NULL on failure. */
 struct h_conn *h_connect_unix_try(const char *path);
 void h_close(struct h_conn *c);
