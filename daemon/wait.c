@@ -510,7 +510,7 @@ static void on_submit(struct dlockd *d, const struct contract_reply *rep, void *
             struct req *r = wait_take_req(w);
             wait_intend(w, WAIT_ABANDONED);
             if (r)
-                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+                req_err(r, PROTO_EBACKEND, "%s", dlockd_silence(d));
         }
         return;
     }
@@ -663,7 +663,7 @@ static void on_cancel(struct dlockd *d, const struct contract_reply *rep, void *
         if ((w = dict_get(d->waits, wid)) != NULL) {
             struct req *r = wait_take_req(w);
             if (r)
-                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+                req_err(r, PROTO_EBACKEND, "%s", dlockd_silence(d));
             wait_free(w);
         }
         free(wid);
