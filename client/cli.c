@@ -209,8 +209,10 @@ static int cmd_json(const struct cli *c, const char *name)
     return CLI_EXIT_OK;
 }
 
-/* The backend state, address and error from INFO into state, addr and why ("" when up); -1 when INFO fails. */
-static int backend_state(dlock_t *h, char *state, size_t slen, char *addr, size_t alen, char *why, size_t wlen)
+/* The backend state, address and error from INFO into state, addr and why ("" when up), and when the
+ * failover gate opens into gated ("" when open); -1 when INFO fails. */
+static int backend_state(dlock_t *h, char *state, size_t slen, char *addr, size_t alen, char *why, size_t wlen,
+                         char *gated, size_t glen)
 {
     char *text = NULL;
     const char *s;
@@ -230,15 +232,18 @@ static int backend_state(dlock_t *h, char *state, size_t slen, char *addr, size_
     if (json_unpack(j, "{s:s}", "backend_error", &s) < 0)
         s = "";
     snprintf(why, wlen, "%s", s);
+    if (json_unpack(j, "{s:s}", "gated_until", &s) < 0)
+        s = "";
+    snprintf(gated, glen, "%s", s);
     json_decref(j);
     return 0;
 }
 
-/* ping: the round trip, and the backend state; exit 75 unless the backend is up. */
+/* ping: the round trip, and the backend state; exit 75 unless the backend is up and the gate open. */
 static int cmd_ping(const struct cli *c)
 {
     struct timespec t0, t1;
-    char state[32], addr[300], why[512];
+    char state[32], addr[300], why[512], gated[64];
     double ms;
     int rc;
     dlock_t *h = cli_connect(c, NULL, NULL, &rc);
@@ -249,7 +254,7 @@ static int cmd_ping(const struct cli *c)
     rc = dlock_ping(h);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc == 0)
-        rc = backend_state(h, state, sizeof(state), addr, sizeof(addr), why, sizeof(why));
+        rc = backend_state(h, state, sizeof(state), addr, sizeof(addr), why, sizeof(why), gated, sizeof(gated));
     dlock_close(h);
     if (rc != 0) {
         cli_msg(c, "error", "ping: %s", dlock_strerror(rc));
@@ -257,17 +262,18 @@ static int cmd_ping(const struct cli *c)
     }
     ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (c->json) {
-        json_t *o = json_pack("{s:b, s:f, s:s, s:s, s:s}", "ok", 1, "rtt_ms", ms, "backend", state, "backend_addr", addr,
-                              "backend_error", why);
+        json_t *o = json_pack("{s:b, s:f, s:s, s:s, s:s, s:s}", "ok", 1, "rtt_ms", ms, "backend", state,
+                              "backend_addr", addr, "backend_error", why, "gated_until", gated);
         char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
 
         printf("%s\n", s ? s : "{}");
         free(s);
         json_decref(o);
     } else {
-        printf("PONG %.3f ms, backend %s%s%s%s%s\n", ms, state, addr[0] ? " at " : "", addr, why[0] ? ": " : "", why);
+        printf("PONG %.3f ms, backend %s%s%s%s%s%s%s\n", ms, state, addr[0] ? " at " : "", addr, why[0] ? ": " : "",
+               why, gated[0] ? ", gated until " : "", gated);
     }
-    return strcmp(state, "up") == 0 ? CLI_EXIT_OK : CLI_EXIT_TEMPFAIL;
+    return strcmp(state, "up") == 0 && gated[0] == '\0' ? CLI_EXIT_OK : CLI_EXIT_TEMPFAIL;
 }
 
 /* ---------------------------------------------------------------- the command line */

@@ -11,6 +11,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "admin.h"
+#include "batch.h"
 #include "census.h"
 #include "dlockd.h"
 #include "log.h"
@@ -36,15 +37,20 @@ static void on_metrics(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
-/* 200 only while holds can be kept: Redis up, usable, and every hold renewed since the last failure. */
+/* 200 only while holds can be kept and locks granted: Redis up, usable, every hold
+ * renewed since the last failure, and the failover gate open. */
 static void on_healthz(struct evhttp_request *req, void *arg)
 {
     struct dlockd *d = arg;
     struct evbuffer *body = evbuffer_new();
-    int up = redis_up(d->redis), ok = up && !redis_jeopardy(d->redis);
+    int up = redis_up(d->redis), ok = up && !redis_jeopardy(d->redis) && !batch_gated(d);
+    char until[40];
 
     if (ok)
         evbuffer_add_printf(body, "ok\n");
+    else if (up && !redis_jeopardy(d->redis))
+        evbuffer_add_printf(body, "gated until %s: no grants after a failover\n",
+                            batch_gated_until(d, until, sizeof(until)));
     else
         evbuffer_add_printf(body, "backend %s: %s\n", up ? "in jeopardy" : redis_state(d->redis),
                             redis_error(d->redis));

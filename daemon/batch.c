@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/queue.h>
 
 #include <event2/event.h>
@@ -20,6 +21,9 @@
 
 #define BATCH_OPS 256            /* operations in one call at most */
 #define BATCH_BYTES (256 * 1024) /* of keys and arguments, about */
+/* Calls of gated batches in flight at once (per Cluster master): a renewal, which
+ * bypasses them, waits behind no more than these at Redis. */
+#define BATCH_WINDOW 16
 
 /* Strings one after the other, each with its NUL. */
 struct strv {
@@ -40,6 +44,7 @@ struct batch {
     int slot;                 /* of its names' keys (redis_slot) */
     TAILQ_ENTRY(batch) opened; /* in the batcher's list while it is gathered */
     struct batch *next;       /* kept behind the gate after this one */
+    uint64_t kept_at;         /* monotonic ms it was kept */
     int nops;
     struct strv keys, args;   /* KEYS, and ARGV from the first operation on */
     struct batch_op ops[BATCH_OPS];
@@ -58,7 +63,9 @@ struct batcher {
     struct event *gate;       /* opens it */
     uint64_t gate_until;      /* monotonic ms; 0 once that time is over */
     int gate_held;            /* closed until batch_gate_hold(d, 0), however long gate_until */
-    struct batch *kept, **kept_tail;
+    struct batch *kept, **kept_tail; /* behind the gate or the window, in order */
+    int sending;              /* calls of gated batches not answered yet (BATCH_WINDOW) */
+    struct deadline expire;   /* the oldest kept batch's gate-wait is over */
 };
 
 static void strv_add(struct strv *v, const char *s, size_t len)
@@ -98,6 +105,8 @@ static void drop_all(struct batch *b)
             b->ops[i].late(b->d, NULL, b->ops[i].arg);
     }
 }
+
+static void send_kept(struct batcher *bt, struct dlockd *d);
 
 /* --- replies */
 
@@ -175,6 +184,10 @@ static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
     struct batch *b = arg;
     struct contract_batch head;
 
+    if (!(b->flags & BATCH_UNGATED)) {
+        d->batcher->sending--;
+        send_kept(d->batcher, d);
+    }
     if (rep == NULL) {
         for (int i = 0; i < b->nops; i++)
             b->ops[i].cb(d, NULL, b->ops[i].arg);
@@ -214,18 +227,29 @@ static void on_late(struct dlockd *d, redisReply *rep, void *arg)
 
 /* --- sending */
 
-static void send_batch(struct batch *b)
+/* The calls of gated batches that may be in flight at once. */
+static int window(const struct dlockd *d)
+{
+    return BATCH_WINDOW * redis_nodes(d->redis);
+}
+
+/* Keeps b, in order, until the gate opens and the window has room, or its gate-wait is over. */
+static void keep(struct batcher *bt, struct batch *b)
+{
+    b->kept_at = now_ms();
+    *bt->kept_tail = b;
+    bt->kept_tail = &b->next;
+    if (!deadline_armed(&bt->expire))
+        deadline_arm(b->d->deadlines, &bt->expire, b->kept_at + (uint64_t)b->d->cfg.gate_wait);
+}
+
+static void send_now(struct batch *b)
 {
     struct dlockd *d = b->d;
     int argc = b->keys.n + CONTRACT_HEAD + b->args.n;
     const char **argv, **p;
     char deadline[24], nops[16];
 
-    if (!(b->flags & BATCH_UNGATED) && batch_gated(d)) {
-        *d->batcher->kept_tail = b;
-        d->batcher->kept_tail = &b->next;
-        return;
-    }
     if ((argv = malloc((size_t)argc * sizeof(*argv))) == NULL)
         fatalx("batch: out of memory");
     snprintf(deadline, sizeof(deadline), "%lld", (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
@@ -237,8 +261,37 @@ static void send_batch(struct batch *b)
     if (redis_script(d->redis, SCRIPT_BATCH, b->keys.n, argc, argv, on_answer, on_late, b)) {
         drop_all(b);
         batch_free(b);
+    } else if (!(b->flags & BATCH_UNGATED)) {
+        d->batcher->sending++;
     }
     free(argv);
+}
+
+/* Sends the kept batches, in order, while the gate is open and the window has room. */
+static void send_kept(struct batcher *bt, struct dlockd *d)
+{
+    struct batch *b;
+
+    while ((b = bt->kept) != NULL && !batch_gated(d) && bt->sending < window(d)) {
+        if ((bt->kept = b->next) == NULL)
+            bt->kept_tail = &bt->kept;
+        b->next = NULL;
+        send_now(b);
+    }
+    if (bt->kept == NULL)
+        deadline_cancel(d->deadlines, &bt->expire);
+}
+
+/* A batch that would pass the gate, the window or those kept before it is kept; the
+ * others (the write-back after a failover) go at once, ahead of everything kept. */
+static void send_batch(struct batch *b)
+{
+    struct batcher *bt = b->d->batcher;
+
+    if (!(b->flags & BATCH_UNGATED) && (batch_gated(b->d) || bt->kept || bt->sending >= window(b->d)))
+        keep(bt, b);
+    else
+        send_now(b);
 }
 
 /* Takes b out of the batches being gathered: the next operation for its flags and slot opens another. */
@@ -263,20 +316,52 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Sends the batches kept while the gate was closed, in order. */
-static void gate_open(struct batcher *bt)
+/* Sends the batches kept while the gate was closed, in order, a window at a time. */
+static void gate_open(struct batcher *bt, struct dlockd *d)
 {
-    struct batch *b = bt->kept;
-
     log_notice("backend: failover-delay is over, granting again");
-    bt->kept = NULL;
-    bt->kept_tail = &bt->kept;
-    while (b) {
-        struct batch *next = b->next;
-        b->next = NULL;
-        send_batch(b);
-        b = next;
+    send_kept(bt, d);
+}
+
+/* Why a kept batch's operations are not answered: the gate, or the calls ahead of it. */
+static void silence_text(struct dlockd *d, char *buf, size_t len)
+{
+    char until[40];
+
+    if (batch_gated(d))
+        snprintf(buf, len, "waited %lldms behind the failover gate (gated until %s); nothing was done",
+                 (long long)d->cfg.gate_wait, batch_gated_until(d, until, sizeof(until)));
+    else
+        snprintf(buf, len, "waited %lldms for Redis to take it; nothing was done", (long long)d->cfg.gate_wait);
+}
+
+/* Answers the kept batches whose gate-wait is over as if Redis had not answered. */
+static void on_expire(struct deadline *dl)
+{
+    struct batcher *bt = container_of(dl, struct batcher, expire);
+    struct batch *b;
+    struct dlockd *d;
+    uint64_t now = now_ms();
+    char why[200];
+    int n = 0;
+
+    if (bt->kept == NULL)
+        return;
+    d = bt->kept->d;
+    silence_text(d, why, sizeof(why));
+    d->silence = why;
+    while ((b = bt->kept) != NULL && b->kept_at + (uint64_t)d->cfg.gate_wait <= now) {
+        if ((bt->kept = b->next) == NULL)
+            bt->kept_tail = &bt->kept;
+        n += b->nops;
+        drop_all(b);
+        batch_free(b);
     }
+    d->silence = NULL;
+    if (n > 0)
+        log_warnx("backend: %d operations %s", n, why);
+    if ((b = bt->kept) != NULL)
+        deadline_arm(d->deadlines, &bt->expire, b->kept_at + (uint64_t)d->cfg.gate_wait);
 }
 
 static void on_gate(evutil_socket_t fd, short what, void *arg)
@@ -287,7 +372,7 @@ static void on_gate(evutil_socket_t fd, short what, void *arg)
     (void)what;
     bt->gate_until = 0;
     if (!bt->gate_held)
-        gate_open(bt);
+        gate_open(bt, arg);
 }
 
 static struct batcher *batcher(struct dlockd *d)
@@ -301,6 +386,7 @@ static struct batcher *batcher(struct dlockd *d)
             (bt->gate = evtimer_new(d->base, on_gate, d)) == NULL)
             fatalx("batch: out of memory");
         bt->kept_tail = &bt->kept;
+        deadline_init(&bt->expire, on_expire);
         for (int i = 0; i < 4; i++)
             TAILQ_INIT(&bt->opened[i]);
     }
@@ -399,13 +485,32 @@ void batch_gate_hold(struct dlockd *d, int on)
         return;
     bt->gate_held = on;
     if (!on && bt->gate_until == 0)
-        gate_open(bt);
+        gate_open(bt, d);
 }
 
 int batch_gated(const struct dlockd *d)
 {
     return d->batcher && (d->batcher->gate_until != 0 || d->batcher->gate_held);
 }
+
+const char *batch_gated_until(const struct dlockd *d, char *buf, size_t len)
+{
+    const struct batcher *bt = d->batcher;
+    struct timespec wall;
+    struct tm tm;
+    time_t at;
+
+    if (!batch_gated(d))
+        return "";
+    if (bt->gate_until == 0)
+        return "this daemon's holds are written back";
+    clock_gettime(CLOCK_REALTIME, &wall);
+    at = wall.tv_sec + (time_t)((bt->gate_until - now_ms() + 999) / 1000);
+    gmtime_r(&at, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
 
 void batch_close(struct dlockd *d)
 {
@@ -426,6 +531,7 @@ void batch_close(struct dlockd *d)
         drop_all(b);
         batch_free(b);
     }
+    deadline_cancel(d->deadlines, &bt->expire);
     event_free(bt->gate);
     event_free(bt->flush);
     free(bt->open);

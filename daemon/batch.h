@@ -30,7 +30,9 @@ int batch_slot(const struct dlockd *d, const char *name);
 int batch_spans(const struct dlockd *d, int nnames, const char *const *names);
 /*
  * Closes the gate for ms from now (or longer, when it already is): batches
- * without BATCH_UNGATED are kept, in order, and sent when it opens. After a
+ * without BATCH_UNGATED are kept, in order, and sent when it opens, at most
+ * BATCH_WINDOW calls in flight (renewals go first); those kept longer than
+ * gate-wait are answered as if Redis had not answered. After a
  * failover nothing may be granted or handed on until every daemon could
  * write back the holds the new master lacks.
  */
@@ -43,6 +45,11 @@ void batch_gate(struct dlockd *d, int64_t ms);
 void batch_gate_hold(struct dlockd *d, int on);
 /* 1 while the gate is closed. */
 int batch_gated(const struct dlockd *d);
+/*
+ * When the gate opens, as "2006-01-02T15:04:05Z" (UTC) in buf, or a phrase
+ * when that waits for the write-back; "" while it is open. Returns its text.
+ */
+const char *batch_gated_until(const struct dlockd *d, char *buf, size_t len);
 /* Answers the operations not sent yet (kept ones too) as if Redis had not answered, and frees the batches. */
 void batch_close(struct dlockd *d);
 

@@ -17,9 +17,11 @@
 #include "reqid.h"
 #include "resume.h"
 #include "session.h"
+#include "share.h"
 
 #define CMD_PREAUTH (1u << 0) /* allowed before AUTH */
 #define CMD_ADMIN (1u << 1)   /* only after AUTH <adminpass> */
+#define CMD_READ (1u << 2)    /* reads Redis, changes nothing: takes turns (share.c) */
 
 struct cmd {
     enum proto_verb verb;
@@ -348,22 +350,48 @@ static const struct cmd cmds[VERB_NVERBS] = {
     [VERB_LATCH] = { VERB_LATCH, 0, latch_create },
     [VERB_COUNTDOWN] = { VERB_COUNTDOWN, 0, latch_countdown },
     [VERB_AWAIT] = { VERB_AWAIT, 0, latch_await },
-    [VERB_STATUS] = { VERB_STATUS, 0, lock_status },
+    [VERB_STATUS] = { VERB_STATUS, CMD_READ, lock_status },
     [VERB_INFO] = { VERB_INFO, 0, cmd_info },
-    [VERB_LIST] = { VERB_LIST, CMD_ADMIN, oper_list },
-    [VERB_SESSIONS] = { VERB_SESSIONS, CMD_ADMIN, oper_sessions },
+    [VERB_LIST] = { VERB_LIST, CMD_ADMIN | CMD_READ, oper_list },
+    [VERB_SESSIONS] = { VERB_SESSIONS, CMD_ADMIN | CMD_READ, oper_sessions },
     [VERB_KILL] = { VERB_KILL, CMD_ADMIN, oper_kill },
     [VERB_FORCE] = { VERB_FORCE, CMD_ADMIN, oper_force },
 };
+
+/* Runs r's handler, a read when its turn comes. */
+static void handle(struct req *r)
+{
+    const struct cmd *cmd = &cmds[r->pr.verb];
+
+    if (!(cmd->flags & CMD_READ) || share_admit(r))
+        cmd->handler(r);
+}
+
+/* Past max-requests: r is one too many, or a line that was not kept. */
+static int over_requests(struct req *r)
+{
+    const struct dlockd *d = r->d;
+
+    if (!r->limited && !conn_requests_full(r->c, 1))
+        return 0;
+    req_err(r, PROTO_ELIMIT, "this server holds %llu requests, max-requests is %lld; try again later",
+            (unsigned long long)(d->nreqs + d->nqueued - 1), (long long)d->cfg.max_requests);
+    return 1;
+}
 
 void cmd_dispatch(struct req *r)
 {
     struct conn *c = r->c;
     char err[512];
-    enum proto_err e = proto_parse_len(r->line, r->len, &r->pr, err, sizeof(err));
+    enum proto_err e;
     const struct cmd *cmd;
 
-    if (e != PROTO_OK) {
+    if (r->limited) {
+        r->pr.verb = VERB_NVERBS;
+        over_requests(r);
+        return;
+    }
+    if ((e = proto_parse_len(r->line, r->len, &r->pr, err, sizeof(err))) != PROTO_OK) {
         req_err(r, e, "%s", err);
         return;
     }
@@ -378,6 +406,8 @@ void cmd_dispatch(struct req *r)
                 (long long)r->d->cfg.max_inflight);
         return;
     }
+    if (over_requests(r))
+        return;
     if (!c->authed && r->d->cfg.requirepass == NULL)
         conn_authed(c); /* requirepass was turned off by a reload */
     if (!c->authed && !(cmd->flags & CMD_PREAUTH)) {
@@ -394,7 +424,7 @@ void cmd_dispatch(struct req *r)
         if ((r->pr.has & PROTO_O_ID) && reqid_begin(r, c->session))
             return;
     }
-    cmd->handler(r);
+    handle(r);
 }
 
 void cmd_run(struct req *r)
@@ -403,5 +433,5 @@ void cmd_run(struct req *r)
         req_err(r, PROTO_ENOSESSION, "session ended");
         return;
     }
-    cmds[r->pr.verb].handler(r);
+    handle(r);
 }

@@ -57,6 +57,10 @@ struct config {
     int64_t max_waits;        /* waits per session: LOCK, ACQUIRE and AWAIT */
     int64_t max_queued;       /* untagged lines waiting their turn, per connection */
     int64_t max_inflight;     /* requests being served at once, per connection */
+    int64_t max_requests;     /* requests held on this daemon: served, queued, behind the gate */
+    int64_t max_reads;        /* STATUS, LIST and SESSIONS served at once on this daemon */
+    int64_t max_reads_client; /* the same per client (connection, so session); the rest wait in turn */
+    int64_t gate_wait;        /* ms an operation may wait in dlockd to be sent (behind the failover gate) */
     int64_t max_latches;      /* latches a session created that still live */
     int64_t max_latches_total; /* latches created through this daemon that still live */
     int64_t max_latches_per_peer; /* of those, created from one client address, whatever session */

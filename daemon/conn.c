@@ -158,6 +158,7 @@ static void req_end(struct req *r)
 
     if (r->idrec)
         r->d->hooks->dropped(r);
+    r->d->hooks->ended(r);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
         c->nrunning--;
@@ -551,7 +552,10 @@ static void advance(struct conn *c)
         }
         TAILQ_REMOVE(&c->queued, q, link);
         c->nqueued--;
-        run(c, req_new(c, q->line, q->len, q->arrived));
+        c->d->nqueued -= !q->limited;
+        r = req_new(c, q->line, q->len, q->arrived);
+        r->limited = q->limited;
+        run(c, r);
         free(q);
     }
     if (c->state == CONN_CLOSING)
@@ -612,6 +616,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
     int64_t max = c->authed || c->d->cfg.max_queued < PREAUTH_QUEUED ? c->d->cfg.max_queued : PREAUTH_QUEUED;
     uint64_t now = now_ms();
     struct queued *q;
+    int limited;
 
     if (c->state != CONN_OPEN)
         return; /* nothing sent after QUIT runs */
@@ -625,15 +630,28 @@ static void take_line(struct conn *c, const char *line, size_t len)
         refuse_queued(c, max);
         return;
     }
+    /* Past max-requests only its place is kept, for an ERR LIMIT in order. */
+    if ((limited = conn_requests_full(c, 0)))
+        len = 0;
     /* Its turn may be far: until then it is kept as a line, not as a request. */
     if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
         fatalx("conn: out of memory");
     q->arrived = now;
+    q->limited = limited;
     q->len = len;
     memcpy(q->line, line, len);
     q->line[len] = '\0';
     TAILQ_INSERT_TAIL(&c->queued, q, link);
     c->nqueued++;
+    c->d->nqueued += !q->limited;
+}
+
+int conn_requests_full(const struct conn *c, int counted)
+{
+    const struct dlockd *d = c->d;
+    int64_t held = (int64_t)(d->nreqs + d->nqueued) - counted, own = c->nrunning + c->nqueued - counted;
+
+    return held >= d->cfg.max_requests && own >= d->cfg.max_requests / (d->nconns > 0 ? d->nconns : 1);
 }
 
 /* Splits what arrived into lines, after the incomplete line c kept, if any. */
@@ -734,6 +752,7 @@ static void conn_free(struct conn *c, const char *reason)
     tell_running(c, 0);
     while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, q, link);
+        d->nqueued -= !q->limited;
         free(q);
     }
     if (c->quit) {
@@ -853,6 +872,7 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
     TAILQ_INIT(&c->queued);
     TAILQ_INIT(&c->running);
     TAILQ_INIT(&c->starting);
+    TAILQ_INIT(&c->reads);
     c->fd = fd;
     if ((c->readable = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
         event_add(c->readable, NULL) != 0)

@@ -22,6 +22,7 @@ struct req {
     char sid[DLOCKD_ID_LEN + 1];      /* session at dispatch; look it up again after a wait */
     struct proto_req pr;              /* points into line */
     int untagged;
+    int limited;                      /* its line was not kept (max-requests): ERR LIMIT in its turn */
     int marker;                       /* not a request: where a walk of the running list is */
     void (*gone)(struct req *r);      /* called if the connection closes first */
     void (*quit)(struct req *r);      /* called at QUIT instead of gone; must end r in time */
@@ -33,6 +34,8 @@ struct req {
     char *held;                       /* its answer, sent when the holds end */
     TAILQ_ENTRY(req) link;            /* in the connection's running list */
     TAILQ_ENTRY(req) idlink;          /* in an id record's repeats, then in c->starting */
+    int share;                        /* SHARE_NONE, SHARE_WAITING or SHARE_RUNNING (share.c) */
+    TAILQ_ENTRY(req) share_link;      /* in c->reads while it waits its turn */
     size_t len;                       /* bytes in line (a NUL among them is refused) */
     char line[];
 };
@@ -43,6 +46,7 @@ TAILQ_HEAD(req_list, req);
 struct queued {
     TAILQ_ENTRY(queued) link;
     uint64_t arrived;                 /* monotonic ms */
+    int limited;                      /* not kept: the server held max-requests when it came */
     size_t len;                       /* bytes in line */
     char line[];
 };
@@ -84,6 +88,10 @@ struct conn {
     struct req_list running;  /* requests being served */
     int nrunning;             /* requests in running */
     struct req_list starting; /* repeats that took an id over, to run on the next advance */
+    struct req_list reads;    /* STATUS, LIST and SESSIONS waiting their turn (share.c) */
+    int nreads;               /* of its reads running */
+    int sharing;              /* in the share.c round (a list mark, as advancing) */
+    TAILQ_ENTRY(conn) share_link; /* in the round of connections whose reads wait */
     TAILQ_ENTRY(conn) link;   /* in d->conns */
     TAILQ_ENTRY(conn) advance_link; /* in d->advancing */
     TAILQ_ENTRY(conn) reap_link;    /* in d->reaping */
@@ -133,6 +141,14 @@ void req_resuming(struct req *r);
 /* The live session of r, or NULL when it ended meanwhile. */
 struct session *req_session(struct req *r);
 
+/*
+ * 1 when a new request of c is one too many: the daemon holds max-requests
+ * (served, queued, behind the gate), and c at least its share of them
+ * (max-requests / connections), so a flood from some clients does not lock
+ * the others out; the daemon holds 2 * max-requests at most. counted: 1 when
+ * the request is already counted in c's and the daemon's.
+ */
+int conn_requests_full(const struct conn *c, int counted);
 /* Sends an event line "* text" on c. */
 void conn_event(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /*

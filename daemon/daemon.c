@@ -27,6 +27,7 @@
 #include "reqid.h"
 #include "server.h"
 #include "session.h"
+#include "share.h"
 #include "wait.h"
 
 static void session_ending(struct session *s, int expired)
@@ -158,6 +159,7 @@ static const struct hooks hooks = {
     .run = cmd_run,
     .answered = reqid_answered,
     .dropped = reqid_dropped,
+    .ended = share_end,
     .script = batch_op,
     .hold_ended = hold_ended,
     .each_index = each_index,
@@ -196,6 +198,7 @@ void daemon_free(struct dlockd *d)
     server_close(d);
     admin_stop(d);
     conn_close_all(d);
+    share_close(d);
     session_free_all(d);
     wait_free_all(d);
     ack_free(d);

@@ -23,6 +23,7 @@ struct args;
 struct idrec;
 struct hooks;
 struct ack;
+struct share;
 
 TAILQ_HEAD(conn_list, conn);
 TAILQ_HEAD(idrec_list, idrec);
@@ -64,6 +65,9 @@ struct dlockd {
     struct event *reap;         /* frees d->reaping */
     uint64_t next_wait;         /* numbers waits for their wid */
     uint64_t nreqs;             /* requests being served */
+    uint64_t nqueued;           /* lines of all connections waiting their turn (max-requests) */
+    struct share *share;        /* the turns of STATUS, LIST and SESSIONS (share.c) */
+    const char *silence;        /* while batch.c answers operations that waited gate-wait: why; else NULL */
     uint64_t reqs_peak;         /* the most at once since the heap was last trimmed */
     uint64_t started;           /* monotonic ms */
     struct stats stats;
@@ -71,5 +75,11 @@ struct dlockd {
 
 /* Fills buf (DLOCKD_ID_LEN + 1 bytes) with a random hex id. */
 void dlockd_random_id(char *buf);
+
+/* Why an operation had no answer from Redis, for its ERR BACKEND (d->silence, else the usual text). */
+static inline const char *dlockd_silence(const struct dlockd *d)
+{
+    return d->silence ? d->silence : "Redis did not answer in time";
+}
 
 #endif

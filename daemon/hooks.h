@@ -19,6 +19,7 @@ struct hooks {
     void (*run)(struct req *r);                             /* run a request checked before */
     void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */
     void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
+    void (*ended)(struct req *r);                           /* r ends, answered or not: a read frees its turn */
     int (*script)(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
                   const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
     void (*hold_ended)(struct session *s, const char *hid, const char *name); /* a hold here ended: unindex it */

@@ -12,6 +12,7 @@
 #include <event2/buffer.h>
 #include <jansson.h>
 
+#include "batch.h"
 #include "dict.h"
 #include "dlockd.h"
 #include "info.h"
@@ -22,6 +23,7 @@ static const char *const outcome_names[OUT_COUNT] = { "ok", "busy", "timeout", "
 static json_t *info_doc(struct dlockd *d)
 {
     json_t *requests = json_object(), *doc;
+    char until[40];
 
     for (int v = 0; v < VERB_NVERBS; v++)
         json_object_set_new(requests, proto_verb_name((enum proto_verb)v), json_integer((json_int_t)d->stats.requests[v]));
@@ -35,6 +37,8 @@ static json_t *info_doc(struct dlockd *d)
                     (json_int_t)d->stats.timeouts, "errors", (json_int_t)d->stats.errors, "expired_sessions",
                     (json_int_t)d->stats.expired_sessions, "lost", (json_int_t)d->stats.lost, "renewed",
                     (json_int_t)d->stats.renewed);
+    json_object_set_new(doc, "gated_until", json_string(batch_gated_until(d, until, sizeof(until))));
+    json_object_set_new(doc, "requests_held", json_integer((json_int_t)(d->nreqs + d->nqueued)));
     json_object_set_new(doc, "ack_rounds", json_integer((json_int_t)d->stats.ack_rounds));
     json_object_set_new(doc, "ack_refused", json_integer((json_int_t)d->stats.ack_refused));
     return doc;

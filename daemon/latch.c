@@ -223,7 +223,7 @@ static void on_count(struct dlockd *d, const struct contract_reply *rep, void *a
     struct latch *l;
 
     if (rep == NULL) {
-        req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+        req_err(r, PROTO_EBACKEND, "%s", dlockd_silence(d));
         return;
     }
     if (rep->status == CONTRACT_WRONGTYPE) {
@@ -381,7 +381,7 @@ static void on_read(struct dlockd *d, const struct contract_reply *rep, void *ar
         struct req *r = a->req;
         a->req = NULL;
         r->gone = NULL;
-        req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+        req_err(r, PROTO_EBACKEND, "%s", dlockd_silence(d));
         finish(a, NULL);
         return;
     }

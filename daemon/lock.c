@@ -138,7 +138,7 @@ static int unlock_applied(struct dlockd *d, const struct op *op, const struct co
 
     *err = rep && rep->status == CONTRACT_NOTHELD ? PROTO_ENOTHELD : PROTO_EBACKEND;
     if (rep == NULL) {
-        snprintf(why, len, "Redis did not answer in time");
+        snprintf(why, len, "%s", dlockd_silence(d));
         return -1;
     }
     if (rep->status != CONTRACT_OK) {
@@ -384,7 +384,7 @@ static void on_status(struct dlockd *d, const struct contract_reply *rep, void *
     char *text;
 
     if (rep == NULL) {
-        req_err(op->req, PROTO_EBACKEND, "Redis did not answer in time");
+        req_err(op->req, PROTO_EBACKEND, "%s", dlockd_silence(d));
         free(op);
         return;
     }

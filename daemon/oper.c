@@ -190,7 +190,7 @@ static void on_force(struct dlockd *d, const struct contract_reply *rep, void *a
     struct force *f = arg;
 
     if (rep == NULL || rep->status != CONTRACT_OK) {
-        req_err(f->req, PROTO_EBACKEND, "Redis did not answer in time; '%s' may have been freed", f->name);
+        req_err(f->req, PROTO_EBACKEND, "%s; '%s' may have been freed", dlockd_silence(d), f->name);
         free(f);
         return;
     }

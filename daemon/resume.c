@@ -309,15 +309,18 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
         finish(rs);
 }
 
-/* Why a resume from rec cannot start now, or NULL when it can. */
-static const char *cannot_start(struct resume *rs)
+/* Why a resume from rec cannot start now (in buf), or NULL when it can. */
+static const char *cannot_start(struct resume *rs, char *buf, size_t len)
 {
+    char until[64];
+
     if (taking && dict_get(taking, rs->sid))
         return "the session is being resumed on another connection here; nothing changed, resume again";
-    if (batch_gated(rs->d))
-        return "nothing is granted until the failover gate opens (failover-delay); nothing changed, resume "
-               "again then";
-    return NULL;
+    if (!batch_gated(rs->d))
+        return NULL;
+    snprintf(buf, len, "gated until %s: no takeover behind the failover gate; nothing changed, resume again then",
+             batch_gated_until(rs->d, until, sizeof(until)));
+    return buf;
 }
 
 static void on_record(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
@@ -326,6 +329,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     struct req *r = rs->r;
     struct session *s;
     const char *why;
+    char buf[160];
 
     if (r == NULL) {
         resume_free(rs);
@@ -356,7 +360,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
         resume_free(rs);
         return;
     }
-    if ((why = cannot_start(rs)) != NULL) {
+    if ((why = cannot_start(rs, buf, sizeof(buf))) != NULL) {
         req_err(take(rs), PROTO_EBACKEND, "%s", why);
         resume_free(rs);
         return;

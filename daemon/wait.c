@@ -511,7 +511,7 @@ static void on_submit(struct dlockd *d, const struct contract_reply *rep, void *
             struct req *r = wait_take_req(w);
             wait_intend(w, WAIT_ABANDONED);
             if (r)
-                req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+                req_err(r, PROTO_EBACKEND, "%s", dlockd_silence(d));
         }
         return;
     }

@@ -67,7 +67,7 @@ waiting() { "$DLOCK" --json status "$1" | grep -q '"waiters":[1-9]'; }
 out=$("$DLOCK" ping); st=$?
 status_is "ping" 0 $st
 check "ping prints PONG and the backend state" matches "$out" "PONG [0-9.]* ms, backend up at unix:$tmp/redis.sock\$"
-check "ping --json" sh -c "\"$DLOCK\" --json ping | grep -q '^{\"ok\":true,\"rtt_ms\":[0-9.]*,\"backend\":\"up\",\"backend_addr\":\"unix:[^\"]*\",\"backend_error\":\"\"}\$'"
+check "ping --json" sh -c "\"$DLOCK\" --json ping | grep -q '^{\"ok\":true,\"rtt_ms\":[0-9.]*,\"backend\":\"up\",\"backend_addr\":\"unix:[^\"]*\",\"backend_error\":\"\",\"gated_until\":\"\"}\$'"
 check "info for people" sh -c "\"$DLOCK\" info | grep -q '^version: '"
 check "info --json" sh -c "\"$DLOCK\" --json info | grep -q '^{.*\"version\"'"
 check "status of an unused name" sh -c "\"$DLOCK\" status nothing-here | grep -qx 'nothing-here: not in use'"

@@ -85,7 +85,7 @@ START_TEST(test_lock_behind_refused_resume)
 }
 END_TEST
 
-static const char *const GATE_5S[] = { "--lock-lease", "3s", "--failover-delay", "5s", NULL };
+static const char *const GATE_5S[] = { "--lock-lease", "3s", "--failover-delay", "5s", "--gate-wait", "20s", NULL };
 
 /* While the failover gate is closed a resume from another daemon is refused at once, nothing
  * changed: the session goes on where it was, and its UNLOCK there frees the name once the
