@@ -184,7 +184,7 @@ static void on_answer(struct dlockd *d, redisReply *rep, void *arg)
     struct batch *b = arg;
     struct contract_batch head;
 
-    if (!(b->flags & BATCH_UNGATED)) {
+    if (!(b->flags & BATCH_UNGATED) && d->batcher) { /* gone at shutdown: batch_close, then redis_close */
         d->batcher->sending--;
         send_kept(d->batcher, d);
     }

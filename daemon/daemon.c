@@ -25,6 +25,7 @@
 #include "redis.h"
 #include "renew.h"
 #include "reqid.h"
+#include "resume.h"
 #include "server.h"
 #include "session.h"
 #include "share.h"
@@ -201,6 +202,7 @@ void daemon_free(struct dlockd *d)
     share_close(d);
     session_free_all(d);
     wait_free_all(d);
+    resume_free_all();
     ack_free(d);
     latch_free_all(d);
     record_free_all(d);

@@ -96,23 +96,17 @@ static void adopt_free(struct adopt *a)
     free(a);
 }
 
+static int free_one(const char *key, void *val, void *arg);
+
 static void resume_free(struct resume *rs)
 {
-    struct adopt *a;
-
     if (taking && dict_get(taking, rs->sid) == rs)
         dict_del(taking, rs->sid);
     if (taking && dict_size(taking) == 0) {
         dict_free(taking);
         taking = NULL;
     }
-    deadline_cancel(rs->d->deadlines, &rs->retry);
-    while ((a = rs->adopts) != NULL) {
-        rs->adopts = a->next;
-        adopt_free(a);
-    }
-    free(rs->client);
-    free(rs);
+    free_one(rs->sid, rs, NULL);
 }
 
 /* Every call adopted its holds and the client still waits: the session lives here now. */
@@ -411,7 +405,28 @@ void resume_from_record(struct req *r, const char *sid, const struct resume_answ
     r->ctx = rs;
 }
 
-int resume_taking(const char *sid)
+static int free_one(const char *key, void *val, void *arg)
 {
-    return taking && dict_get(taking, sid) != NULL;
+    struct resume *rs = val;
+    struct adopt *a;
+
+    (void)key;
+    (void)arg;
+    deadline_cancel(rs->d->deadlines, &rs->retry);
+    while ((a = rs->adopts) != NULL) {
+        rs->adopts = a->next;
+        adopt_free(a);
+    }
+    free(rs->client);
+    free(rs);
+    return 0;
+}
+
+void resume_free_all(void)
+{
+    if (taking == NULL)
+        return;
+    dict_each(taking, free_one, NULL);
+    dict_free(taking);
+    taking = NULL;
 }

@@ -26,7 +26,7 @@ struct resume_answers {
  * dropped first.
  */
 void resume_from_record(struct req *r, const char *sid, const struct resume_answers *ans);
-/* 1 while the session sid is being taken over here (or handed back). */
-int resume_taking(const char *sid);
+/* Frees the takeovers still being handed back (shutdown, once Redis answers nothing more). */
+void resume_free_all(void);
 
 #endif

@@ -708,29 +708,30 @@ long long wait_redis_ends(const struct wait *w)
 
 /*
  * A cancel of w was not answered (or could not be sent): w may still be
- * queued, or be granted, in Redis. Its request hears ERR BACKEND (a QUIT
- * goes on) only once nothing of w can live there any more: when its wait
- * ended, since its queue entries and a grant they get end with it in Redis
- * time (lock.lua), else once a lease has passed unrenewed. Till then the
- * cancel is tried again, and a grant it finds is undone.
+ * queued, or be granted, in Redis. It is tried again each second until
+ * nothing of w can live there any more: when its wait ends, since its
+ * queue entries and a grant they get end with it in Redis time (lock.lua),
+ * else once a lease has passed unrenewed; a grant it finds is undone. A
+ * request that timed out hears ERR BACKEND only then; one its client still
+ * wants waits on; a QUIT goes on at once.
  */
 static void cancel_unanswered(struct wait *w)
 {
     uint64_t now = now_ms();
-    struct req *r;
+    int over;
 
     if (w->cancel_until == 0)
         w->cancel_until = wait_redis_ends(w) ? w->ends : now + (uint64_t)w->d->cfg.lock_lease;
-    if (now < w->cancel_until) {
+    over = now >= w->cancel_until;
+    if (w->req && w->intent == WAIT_QUITTING)
+        req_err(wait_take_req(w), PROTO_EBACKEND, "Redis did not answer in time");
+    else if (w->req && over)
+        req_err(wait_take_req(w), PROTO_EBACKEND, "Redis did not answer in time; nothing was granted");
+    if (over)
+        wait_free(w);
+    else
         deadline_arm(w->d->deadlines, &w->retry, now + CANCEL_RETRY_MS < w->cancel_until ? now + CANCEL_RETRY_MS
                                                                                           : w->cancel_until);
-        return;
-    }
-    if ((r = wait_take_req(w)) != NULL && w->intent == WAIT_QUITTING)
-        req_drop(r);
-    else if (r)
-        req_err(r, PROTO_EBACKEND, "Redis did not answer in time; nothing was granted");
-    wait_free(w);
 }
 
 /* Takes w out of its queues; the reply says whether it was granted first. */

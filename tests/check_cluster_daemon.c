@@ -92,7 +92,7 @@ START_TEST(test_names_over_masters)
         ck_assert_int_eq(count_of(r, "\"holders\":1"), NNAMES);
         ck_assert_ptr_nonnull(strstr(r, "{\"name\":\"spread0\",\"type\":\"lock\",\"holders\":1,\"waiters\":0},"
                                         "{\"name\":\"spread1\","));
-        H_REQ(op, "OK {\"names\":[{%*},{%*}],\"more\":1}", "LIST spread* limit=2");
+        H_REQ(op, "OK {\"names\":[{%*},{%*}],\"latches\":[],\"more\":1}", "LIST spread* limit=2");
         h_close(op);
     }
     for (int i = 0; i < 9; i++) { /* past two leases of 2 s: only renewals keep them; alice stays alive */

@@ -402,6 +402,42 @@ START_TEST(test_unlock_before_answer)
 }
 END_TEST
 
+/* A resume on another daemon whose takeover half succeeds (one master does not answer in time)
+ * hands back what it took before it answers ERR BACKEND: the session goes on where it was, and
+ * its UNLOCK there releases every name (before, the names taken over gave ERR NOTHELD there). */
+START_TEST(test_resume_half_taken_handed_back)
+{
+    struct h_dlockd *d1 = start_on(C->port[0], "3s", NULL), *d2 = start_on(C->port[1], "3s", NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=60s"), *c = H_CLIENT(d2, "name=carol"), *n;
+    int record = h_cluster_name_master(C, a->session), stopped = -1;
+    char names[3][64];
+
+    wait_up(a);
+    wait_up(c);
+    h_cluster_spread_names(C, "half", names);
+    for (int i = 0; i < 3; i++) {
+        H_LOCK_NEW(a, names[i]);
+        if (stopped < 0 && h_cluster_name_master(C, names[i]) != record)
+            stopped = h_cluster_index(C, h_cluster_name_master(C, names[i]));
+    }
+    ck_assert_int_ge(stopped, 0);
+    n = H_CONNECT(d2->port);
+    h_redis_pause(C->node[stopped]);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    h_sleep_ms(1500); /* past backend-timeout (1s), short of the cluster's node timeout (2s) */
+    h_redis_resume(C->node[stopped]);
+    H_REPLY(n, "ERR BACKEND%*", 10000);
+    for (int i = 0; i < 3; i++) {
+        h_send(a, "UNLOCK %s", names[i]);
+        H_REPLY(a, "OK count=0", 10000);
+    }
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(free_within(c, names[i], 3000), "%s held after its UNLOCK", names[i]);
+    h_dlockd_stop(d1);
+    h_dlockd_stop(d2);
+}
+END_TEST
+
 static Suite *cluster_multi_suite(void)
 {
     Suite *s = suite_create("cluster_multi");
@@ -418,6 +454,7 @@ static Suite *cluster_multi_suite(void)
     tcase_add_test(live, test_resume_elsewhere_mid_multi);
     tcase_add_test(live, test_pipelined_same_owner);
     tcase_add_test(live, test_unlock_before_answer);
+    tcase_add_test(live, test_resume_half_taken_handed_back);
     suite_add_tcase(s, live);
     return s;
 }

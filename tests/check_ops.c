@@ -869,7 +869,7 @@ START_TEST(test_admin_healthz)
     int ap;
     char *head, *body, *m;
 
-    admin_daemon(&ap, NULL);
+    admin_daemon(&ap, H_ARGS("--failover-delay", "1s")); /* the gate after the restart: 503 meanwhile */
     /* 503 until the link to Redis is up */
     ck_assert_msg(http_until(ap, "/healthz", 200, 5000) >= 0, "/healthz not 200 within 5 s of the start");
     ck_assert_int_eq(h_http_get(ap, "/healthz", &head, &body, H_TIMEOUT), 200);
