@@ -13,6 +13,9 @@ its session) and, every few tens of milliseconds, does something random to it:
           bytes, lines at and over max-line, random bytes on a connection of their own
   thief   (when the server hands out secrets) tries to resume other actors' sessions with a
           wrong secret or none
+  resumer (several daemons) holds names and resumes its session on another daemon with tagged
+          LOCK/UNLOCK/QUIT pipelined behind the HELLO, closing at any point of the resume
+  operator (several daemons) KILLs sessions and FORCEs names while grants race
 Every request carries the replies it may get (requests.py); wire.py checks them.
 """
 

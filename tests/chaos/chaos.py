@@ -6,13 +6,16 @@ Every line dlockd sends is checked as it arrives (wire.py: grammar, the reply th
 get, replies lost while the connection stays open, closes without a reason); each round's
 history is then checked for double grants, fencing tokens out of order, holds lost without a
 * LOST (model.py); each daemon must log no sanitizer report, never leak a session secret and
-exit 0 on SIGTERM.
+exit 0 on SIGTERM. Some rounds run two or three daemons on the one Redis: sessions move between
+them (resumers, actors.py), an operator KILLs and FORCEs, and audits compare the holds in Redis
+with SESSIONS of every daemon (orphan, split, truth) and the resumers' ledgers (untold).
 
     chaos.py [--seconds S] [--seed N] [--out DIR] [--keep]
 
 The run is rounds of about 35 s, each with a fresh dlockd and its own settings (requirepass,
 lock-delay, session ttl). Environment: DLOCKD and REDIS_SERVER (paths), CHAOS_SECONDS (default
-150), CHAOS_SEED (default: random, printed), CHAOS_ACTORS (default 24), CHAOS_OPEN (kinds of
+150), CHAOS_SEED (default: random, printed), CHAOS_ACTORS (default 24), CHAOS_VARIANTS (indexes
+of VARIANTS to play, e.g. 1,3: the multi-daemon ones; default all in turn), CHAOS_OPEN (kinds of
 finding still open, reported without failing; never crash, sanitizer, exit, secret or grammar). Exit status: 0 when
 nothing was found, 1 when something was (with the seed to replay it), 2 when the setup failed.
 """
@@ -540,8 +543,9 @@ class Driver:
             left = ["%s token=%d (daemon %s)" % (k[0], tok, dmn) for k, (tok, dmn) in sorted(holds.items())
                     if k[1][1:17] == sid and dmn != "-"]
             if left:
-                self.violation("orphan" if what.startswith("KILL") else "truth", "%s answered OK at %.3f s, yet 1.5 s "
-                               "later session %s still holds %s in Redis" % (what, (t - self.t0) / S, sid,
+                w = what() if callable(what) else what
+                self.violation("orphan" if w.startswith("KILL") else "truth", "%s answered OK at %.3f s, yet 1.5 s "
+                               "later session %s still holds %s in Redis" % (w, (t - self.t0) / S, sid,
                                                                               ", ".join(left)))
         self.after(1500, check)
 
@@ -551,8 +555,9 @@ class Driver:
     def quit_check(self, actor, sid, hello, req, t):
         """A QUIT pipelined behind HELLO session=sid answered OK: that session ended (unless the
         resume was refused: then the QUIT ended the connection's own session)."""
-        self.gone_check("%r sent behind the HELLO that resumed %s (%s)" % (req["line"].decode(), sid, actor.name),
-                        sid, t, unless=lambda: hello.get("answer") in ("NOSESSION", "BACKEND", "NOAUTH"))
+        what = lambda: "%r sent behind %r (%s; the HELLO answered %s)" % (
+            req["line"].decode(), hello["line"].decode()[:40] + "...", actor.name, hello.get("answer") or "nothing")
+        self.gone_check(what, sid, t, unless=lambda: hello.get("answer") in ("NOSESSION", "BACKEND", "NOAUTH"))
 
     # -- the loop
     def read_all(self):
