@@ -13,6 +13,9 @@ its session) and, every few tens of milliseconds, does something random to it:
           bytes, lines at and over max-line, random bytes on a connection of their own
   thief   (when the server hands out secrets) tries to resume other actors' sessions with a
           wrong secret or none
+  resumer (several daemons) holds names and resumes its session on another daemon with tagged
+          LOCK/UNLOCK/QUIT pipelined behind the HELLO, closing at any point of the resume
+  operator (several daemons) KILLs sessions and FORCEs names while grants race
 Every request carries the replies it may get (requests.py); wire.py checks them.
 """
 
@@ -446,3 +449,285 @@ class Thief(Actor):
 
 
 KINDS = {"worker": Actor, "flaky": Actor, "junk": Junk, "thief": Thief}
+
+
+RNAMES = ["r1", "r2", "r3"]   # the names resumers take and wait for (workers never touch them)
+
+
+class Resumer(Actor):
+    """Holds names on one daemon and resumes its session on another, with tagged LOCK, UNLOCK
+    and QUIT pipelined behind the HELLO, closing the connection at random points of the resume.
+    It keeps a ledger of what it was told it holds, to check that every hold it loses is
+    reported (* LOST) and that what it was told it released is gone (chaos.py's audits)."""
+
+    def __init__(self, drv, name, kind, rng):
+        Actor.__init__(self, drv, name, kind, rng)
+        self.home = None         # the wire.Sess it holds names in
+        self.ledger = {}         # name -> token it was told it holds
+        self.released = {}       # name -> (time, session id) it was told it released
+        self.lock_sent = {}      # name -> when it last asked for it
+        self.lost_seen = set()   # (name, token) of every * LOST read
+        self.suspects = []       # (session id, name, token, time, why): ERR NOTHELD for a ledger hold
+        self.close_on = None     # when to drop the resuming connection: "ok" | "pipe"
+        self.last_daemon = None  # the daemon the session was on before the resume in flight
+        self.backend_at = None   # an ERR BACKEND to a resume: the session should still be where it was
+
+    def daemon_of(self, conn):
+        return conn.dmn.idx if conn is not None and conn.dmn is not None else 0
+
+    def reconnect(self):
+        s = self.home
+        if s is None or s.dead or not s.id:
+            self.home, self.ledger = None, {}
+            return Actor.reconnect(self)
+        # Back after a drop: resume again, on the daemon it was on before half of the time.
+        d = self.last_daemon if self.last_daemon is not None and self.rng.random() < 0.5 else None
+        conn = self.drv.connect(self, daemon=d)
+        if conn is None:
+            return self.later(100, 300)
+        self.conn, self.sess = conn, conn.sess
+        self.plan = [lambda: self.resume_piped(s)]
+        self.later(0, 20)
+
+    def act(self):
+        rng = self.rng
+        c = self.conn
+        if self.home is None or self.home is not self.sess:
+            self.home, self.ledger = self.sess, {}
+        r = rng.random()
+        if self.ledger and r < 0.4 and len(self.drv.daemons) > 1 and not c.fifo and self.sess.id and \
+                (self.sess.secret or not self.drv.secrets):
+            return self.jump()
+        if len(self.ledger) < 2 and r < 0.75:
+            name = rng.choice(RNAMES)
+            self.lock_sent[name] = self.drv.now()
+            wait = rng.choice([0, rng.randint(500, 4000), rng.randint(2000, 6000)])
+            self.send([rq.lock(rng, self.ctx(), c.next_tag("l"), [name], wait=wait)])
+            return self.later(50, 600)
+        if self.ledger and r < 0.9:
+            name = rng.choice(sorted(self.ledger))
+            self.send([rq.unlock(rng, self.ctx(), self.tag("u"), [name])])
+            return self.later(50, 400)
+        if r < 0.93:
+            self.send([rq.simple(rng, self.ctx(), self.tag("q"), "QUIT")])
+            c.doomed = "quit"
+            return self.later(50, 300)
+        self.later(50, 300)
+
+    def jump(self):
+        """The session goes to another daemon: the old connection is closed first, or kept open
+        (then it must get * BYE reason=moved)."""
+        old, s = self.conn, self.sess
+        self.last_daemon = self.daemon_of(old)
+        others = [k for k in range(len(self.drv.daemons)) if k != self.last_daemon]
+        if self.rng.random() < 0.3 and old.idle():
+            self.mover = old
+            old.doomed = "moving"
+        else:
+            old.close("jump")
+        conn = self.drv.connect(self, daemon=self.rng.choice(others))
+        if conn is None:
+            return self.later(50, 200)
+        self.conn, self.sess = conn, conn.sess
+        self.plan = [lambda: self.resume_piped(s)]
+        self.later(0, 10)
+
+    def resume_piped(self, s):
+        """HELLO session= with 0-3 tagged requests in the same write, then maybe a close."""
+        rng, ctx = self.rng, self.ctx()
+        secret = s.secret if self.drv.secrets else None
+        hello = rq.hello(rng, ctx, self.tag("r"), session=s.id, secret=secret, alive=False if s.dead else None)
+        hello["target"] = s
+        reqs = [hello]
+        held = sorted(self.ledger)
+        for _ in range(rng.choice([0, 1, 1, 2, 3])):
+            k = rng.random()
+            if held and k < 0.55:   # the name it holds, asked again: a reentry once the resume is done
+                name = rng.choice(held)
+                reqs.append(rq.lock(rng, ctx, self.conn.next_tag("pl"), [name], wait=rng.choice([0, 0, 300, 1500])))
+            elif held and k < 0.7:
+                reqs.append(rq.unlock(rng, ctx, self.conn.next_tag("pu"), [rng.choice(held)]))
+            elif k < 0.9:
+                name = rng.choice(RNAMES)
+                self.lock_sent[name] = self.drv.now()
+                reqs.append(rq.lock(rng, ctx, self.conn.next_tag("pl"), [name], wait=rng.randint(0, 2000)))
+            else:
+                reqs.append(rq.simple(rng, ctx, self.conn.next_tag("pq"), "QUIT"))
+        self.waiting = self.cur_hello = hello
+        conn = self.conn
+        # The rest in the same write, or a moment later: while the resume reads the record or
+        # adopts the holds (a Redis round trip or two).
+        gap = rng.choice([None, None, 0.2, 0.5, 1, 1.5, 2.5, 4])
+        if gap is None or len(reqs) == 1:
+            self.send(reqs)
+        else:
+            self.send(reqs[:1])
+            self.drv.after(gap, lambda: conn.usable() and conn.send(reqs[1:]))
+        if any(r["verb"] == "QUIT" for r in reqs):
+            conn.doomed = "quit"
+        k = rng.random()
+        self.close_on = None
+        if k < 0.12:
+            conn.close("before the HELLO's answer")
+        elif k < 0.25:
+            self.drv.after(rng.randint(0, 40), lambda: conn.close("during the resume"))
+        elif k < 0.35:
+            self.close_on = "ok"
+        elif k < 0.45 and len(reqs) > 1:
+            self.close_on = "pipe"
+
+    # -- replies and events
+    def on_reply(self, conn, req, r, t):
+        v = req.get("verb")
+        if v == "HELLO" and req.get("target") is not None:
+            return self.on_resume(conn, req, r, t)
+        Actor.on_reply(self, conn, req, r, t)
+        amb = req.get("amb") is not None
+        sid = self.home.id if self.home is not None else None
+        if v == "LOCK" and r.kind == "OK" and not amb and conn.sess is self.home:
+            name = req["names"][0]
+            tok = int(r.fields["token"])
+            if self.ledger.get(name) not in (None, tok) and (name, self.ledger[name]) not in self.lost_seen:
+                self.suspect(sid, name, self.ledger[name], t, "a new token %d granted" % tok)
+            self.ledger[name] = tok
+            self.released.pop(name, None)
+        elif v == "UNLOCK" and (conn.sess is self.home or amb):
+            name = req["names"][0]
+            if r.kind == "OK" and r.fields.get("count") == "0" and name in self.ledger:
+                self.ledger.pop(name)
+                self.released[name] = (t, sid)
+            elif r.kind == "NOTHELD" and not amb and name in self.ledger:
+                self.suspect(sid, name, self.ledger.pop(name), t, "ERR NOTHELD to %r" % req["line"].decode())
+        elif v == "QUIT" and r.kind == "OK" and (conn.sess is self.home or amb):
+            if amb and self.home is not None:
+                self.drv.quit_check(self, self.home.id, self.cur_hello, req, t)
+                self.home.dead = True
+            self.ledger = {}
+        if self.close_on == "pipe" and conn is self.conn and amb:
+            self.close_on = None
+            conn.close("mid-pipeline")
+
+    def on_resume(self, conn, req, r, t):
+        s = req["target"]
+        req["answer"] = r.kind
+        if r.kind == "OK":
+            self.drv.hello_ok(conn, req, r, t)
+            if conn.actor.conn is conn:
+                self.sess = s
+            self.backend_at = None
+            if self.close_on == "ok" and conn is self.conn:
+                self.close_on = None
+                conn.close("right after the HELLO's answer")
+            return
+        if self.mover is not None:
+            # the old connection still has the session: back to it
+            m, self.mover = self.mover, None
+            if m.state == "open" and m.sess is s:
+                m.doomed = None
+                self.conn.close("resume refused")
+                self.conn, self.sess = m, s
+        if r.kind == "NOSESSION":
+            s.dead = True
+            self.ledger = {}
+            if conn is self.conn:
+                self.plan.insert(0, self.hello)
+        elif r.kind == "BACKEND":
+            # "nothing changed; the session stays where it was": resumed again, it must have its holds
+            self.backend_at = (t, self.daemon_of(conn))
+            if conn is self.conn:
+                self.plan.insert(0, lambda: self.resume_piped(s))
+
+    def on_event(self, conn, ev, t):
+        Actor.on_event(self, conn, ev, t)
+        if ev[0] == "LOST":
+            self.lost_seen.add((ev[1], ev[2]))
+            if self.ledger.get(ev[1]) == ev[2]:
+                self.ledger.pop(ev[1])
+        elif ev[0] == "BYE" and ev[1] == "expired" and self.home is not None and conn.sess is self.home:
+            self.ledger = {}
+
+    def suspect(self, sid, name, token, t, why):
+        if self.backend_at is not None:
+            why += " (after ERR BACKEND to a resume on daemon %d at %.3f s)" % (
+                self.backend_at[1], (self.backend_at[0] - self.drv.t0) / 1e9)
+        self.suspects.append((sid, name, token, t, why))
+
+    def untold(self):
+        """The holds it lost without ever reading their * LOST: (message)s."""
+        return ["session %s, %s token=%d: %s at %.3f s, and no * LOST for it" % (
+            sid, name, tok, why, (t - self.drv.t0) / 1e9)
+            for sid, name, tok, t, why in self.suspects if (name, tok) not in self.lost_seen]
+
+
+class Operator(Actor):
+    """The operator: AUTH with the adminpass, then KILL of sessions (most of all those that hold
+    or wait, or are being resumed) and FORCE of contended names while grants race, now and
+    then SESSIONS and LIST. After a KILL answered OK no hold of the session may stay in Redis."""
+
+    def reconnect(self):
+        conn = self.drv.connect(self)
+        if conn is None:
+            return self.later(100, 300)
+        self.conn, self.sess = conn, conn.sess
+        conn.admin = False
+        self.plan = [] if self.drv.password else [self.admin_auth]
+        self.later(0, 20)
+
+    def authenticate(self):
+        self.admin_auth()
+
+    def admin_auth(self):
+        self.waiting = rq.make(self.rng, rq.Ctx(None, True, None), "AUTH", self.tag("a"), [self.drv.adminpass],
+                               None, [], {"OK"}, auth_ok=True)
+        self.waiting["names"] = []
+        self.send([self.waiting])
+
+    def on_reply(self, conn, req, r, t):
+        if req.get("verb") == "AUTH":
+            if req is self.waiting:
+                self.waiting = None
+            conn.authed = True
+            conn.admin = r.kind == "OK"
+            return
+        if req.get("verb") == "KILL" and r.kind == "OK":
+            self.drv.kill_check(req["victim"], req, t)
+
+    def on_event(self, conn, ev, t):
+        pass
+
+    def victim(self):
+        own = [x.conn for x in self.drv.actors if isinstance(x, Operator)]
+        live = [s for s in self.drv.sessions if s.id and not s.dead and s.conn not in own]
+        resuming = [c.resuming for c in self.drv.conns.values() if c.resuming is not None and not c.resuming.dead]
+        holding = [s for s in live if s.held]
+        r = self.rng.random()
+        if resuming and r < 0.4:
+            return self.rng.choice(resuming)
+        if holding and r < 0.85:
+            return self.rng.choice(holding)
+        return self.rng.choice(live) if live else None
+
+    def act(self):
+        rng, c = self.rng, self.conn
+        ctx = rq.Ctx(None, True, self.drv.secrets)
+        if not getattr(c, "admin", False):
+            return self.later(200, 500)
+        r = rng.random()
+        if r < 0.4:
+            v = self.victim()
+            if v is not None:
+                req = rq.make(rng, ctx, "KILL", self.tag("k"), [v.id], None, [], {"OK", "NOSESSION", "BACKEND"},
+                              victim=v)
+                req["names"] = []
+                self.send([req])
+        elif r < 0.8:
+            name = rng.choice(RNAMES + LOCKS + list(SEMS))
+            self.send([rq.make(rng, ctx, "FORCE", self.tag("f"), [name], None, [], {"OK", "BACKEND"})])
+        elif r < 0.9:
+            self.send([rq.make(rng, ctx, "SESSIONS", self.tag("s"), [], [("limit", "1000")], [], {"OK"})])
+        else:
+            self.send([rq.make(rng, ctx, "LIST", self.tag("i"), [], None, [], {"OK", "BACKEND"})])
+        self.later(300, 1500)
+
+
+KINDS.update(resumer=Resumer, operator=Operator)

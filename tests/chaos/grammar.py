@@ -150,6 +150,14 @@ def _status_json(req, o):
 def check_ok(req, r):
     """Raises Bad when the fields of an OK do not fit the request (a well-formed one)."""
     v, f = req["verb"], r.fields
+    if v in ("LIST", "SESSIONS"):
+        key = "names" if v == "LIST" else "sessions"
+        if r.obj is None or not isinstance(r.obj.get(key), list) or r.obj.get("more") not in (0, 1):
+            raise Bad("%s OK without {\"%s\": [...], \"more\": 0|1}" % (v, key))
+        return
+    if v == "FORCE":
+        _uint(f, "count", "FORCE")
+        return
     if v in ("STATUS", "INFO"):
         if r.obj is None:
             raise Bad("%s OK without a JSON object" % v)

@@ -124,6 +124,7 @@ class Checker:
         self.t_end = records[-1]["t"] if records else 0
         self.done = set()
         self.holds = []
+        self.forces = {}         # name -> [Ev]: FORCE requests answered OK or not at all
 
     def flag(self, kind, msg):
         self.out.append((kind, msg))
@@ -232,6 +233,12 @@ class Checker:
         rep = self.reps.get(rec["r"])
         if v is None or not rec.get("wellformed"):
             return
+        if rec.get("amb") is not None:
+            return self.ambiguous(rec)
+        if v == "KILL" and rec.get("victim") is not None and rep is None:
+            self.session(rec["victim"]).quits.append((t, INF))
+        if v == "FORCE" and rep is None:
+            self.forces.setdefault(rec["names"][0], []).append(Ev("force", rec, None))
         if v in ("LOCK", "ACQUIRE", "UNLOCK", "RELEASE"):
             for key in self.keys(rec):
                 self.slot(key)["reqs"].append(rec["r"])
@@ -250,6 +257,25 @@ class Checker:
             tgt.pending_ttl.append((t, rep["t"] if rep else INF, ttl))
             tgt.ttl_hi = max(tgt.ttl_hi, ttl)
 
+    def ambiguous(self, rec):
+        """A request sent behind a HELLO session= not yet answered runs for the connection's own
+        session or for the resumed one: its grants prove nothing, and whatever could end a
+        hold may have ended one of either session."""
+        v = rec["verb"]
+        for sidx in (rec["s"], rec["amb"]):
+            if v in ("LOCK", "ACQUIRE", "UNLOCK", "RELEASE"):
+                for key in self.keys(dict(rec, s=sidx)):
+                    self.slot(key)["reqs"].append(rec["r"])
+                    if v in ("UNLOCK", "RELEASE"):
+                        self.slot(key)["ends"].append(Ev("noreply", rec, None))
+            if v == "QUIT":
+                self.session(sidx).quits.append((rec["t"], INF))
+        if rec.get("id"):
+            for sidx in (rec["s"], rec["amb"]):
+                s = self.session(sidx)
+                s.id_reqs.setdefault(rec["id"], []).append(rec["r"])
+                s.ids[rec["id"]] = None  # which reply dlockd remembers for it is not known
+
     def keys(self, req):
         """The (session, owner, name, mode) slots a request may act on."""
         v = req["verb"]
@@ -260,7 +286,7 @@ class Checker:
         req = self.reqs[rec["r"]]
         self.done.add(rec["r"])
         v = req.get("verb")
-        if v is None or not req.get("wellformed"):
+        if v is None or not req.get("wellformed") or req.get("amb") is not None:
             return
         r = grammar.parse_reply(rec["line"])
         s = self.session(req["s"])
@@ -348,6 +374,15 @@ class Checker:
     def rep_quit(self, s, req, r, got):
         if r.kind == "OK":
             s.quits.append((req["t"], got["t"]))
+
+    def rep_kill(self, s, req, r, got):
+        """KILL ends its victim as a QUIT would (ERR NOSESSION or BACKEND: nothing changed)."""
+        if r.kind == "OK" and req.get("victim") is not None:
+            self.session(req["victim"]).quits.append((req["t"], got["t"]))
+
+    def rep_force(self, s, req, r, got):
+        if r.kind == "OK":
+            self.forces.setdefault(req["names"][0], []).append(Ev("force", req, got))
 
     def phantom(self, req, r, t):
         """UNLOCK or RELEASE OK where every grant request ever sent for it was refused."""
@@ -485,7 +520,8 @@ class Checker:
         if lost is not None and lost[0] > g.send:
             cands.append((lost[0], "* LOST reason=" + lost[1]))
         cands += [(b, "* BYE") for b in s.byes if b > g.send]
-        cands += [(sent, "QUIT") for sent, ans in s.quits if ans > g.send]
+        cands += [(sent, "QUIT or KILL") for sent, ans in s.quits if ans > g.send]
+        cands += [(f.send, "FORCE") for f in self.forces.get(key[2], []) if f.read > g.send]
         i = bisect.bisect_left(s.gaps, g.send)
         if i < len(s.gaps):
             cands.append((s.gaps[i], "the session may have expired"))
@@ -560,6 +596,9 @@ class Checker:
                 continue  # Redis lost data or was away: the hold may have lapsed
             if lost is not None and lost[0] <= e.read or any(h.start <= t <= e.read for t, _, _ in s.jeops):
                 continue
+            if any(f.send < e.read and f.read > proof for f in self.forces.get(h.name, [])) or \
+                    any(sent < e.read and ans > proof for sent, ans in s.quits):
+                continue  # the operator freed it (FORCE, KILL): its * LOST may come later
             if h.mode == "p" and e.kind == "notheld" and h.permits_at(e.send) < e.permits:
                 continue
             self.flag("vanished", "%s at %s: %s for %r, which was never reported lost" % (

@@ -4,7 +4,8 @@ flag (a double grant, an ERR BACKEND that released anyway, a hold kept through *
 Redis lost it, a token out of order, a stale replay, a semaphore over its limit) and
 legitimate ones it must pass (pipelined LOCK and UNLOCK, a grant after * JEOPARDY and
 * LOST, after a lease ran out, after the session may have expired, the replay of a shared
-grant that an UNLOCK of the exclusive hold left alone); and lines grammar.py must refuse. Exit status 0 when every case gives what it should.
+grant that an UNLOCK of the exclusive hold left alone, FORCE and KILL; requests pipelined behind
+a resume); and lines grammar.py must refuse. Exit status 0 when every case gives what it should.
 """
 
 import os
@@ -272,6 +273,44 @@ def case_permits_replay_first():
     sl = {"releases": [ev(send=549, read=854, value=1)]}
     model.Checker.permits(None, h, sl)
     return ({"crash"} if not h.permits or h.permits[0] != (643, 1) else set()), set()
+
+
+def case_resume_pipelined_lock():
+    """Session 0 holds x and resumes elsewhere with a LOCK x pipelined behind the HELLO (it may run
+    for either session: it proves and ends nothing); another session granted x meanwhile is a
+    double grant (issue 21: the LOCK ran while the resume adopted the holds)."""
+    h = History(3)
+    heartbeats(h, 0, 3000)
+    heartbeats(h, 1, 3000)
+    h.req(10, 0, "LOCK x", "OK token=10 count=1")
+    h.req(200, 2, "LOCK x wait=2000", "OK token=11 count=1", at=402, tc="tagged")
+    h.req(400, 2, "LOCK x wait=0", "BUSY holder=a ttl=1", amb=0)
+    return h.check(), {"double grant"}
+
+
+def case_resume_pipelined_unlock():
+    """An UNLOCK pipelined behind a resume may have released the resumed session's hold, whatever
+    the answer says: a grant to another session after it is none."""
+    h = History(3)
+    heartbeats(h, 0, 3000)
+    h.req(10, 0, "LOCK x", "OK token=10 count=1")
+    h.req(400, 2, "UNLOCK x", "ERR NOTHELD not held", amb=0)
+    h.req(450, 1, "LOCK x", "OK token=11 count=1")
+    return h.check(), set()
+
+
+def case_force_kill():
+    """FORCE of a name, and KILL of a session, end holds before their * LOST is read."""
+    h = History(4)
+    for s in range(4):
+        heartbeats(h, s, 3000)
+    h.req(10, 0, "LOCK x", "OK token=10 count=1")
+    h.req(100, 2, "FORCE x", "OK count=1")
+    h.req(102, 1, "LOCK x", "OK token=11 count=1")
+    h.req(200, 1, "LOCK y", "OK token=20 count=1")
+    h.req(300, 2, "KILL 0000000000000002", "OK", victim=1)
+    h.req(302, 3, "LOCK y", "OK token=21 count=1")
+    return h.check(), set()
 
 
 BAD_LINES = ["OK token=1  count=1", "#bad! OK", "ERR FROB text", "ERR SYNTAX", "OK {\"a\":", "TIMEOUT x=1",

@@ -50,6 +50,9 @@ class Conn:
         self.broken = False           # a violation was seen: its replies are no longer paired
         self.ntag = 0
         self.opened = drv.now()
+        self.dmn = None               # the daemon process it is connected to
+        self.resuming = None          # the Sess a HELLO session= in flight on it names
+        self.moved_from = None        # the Sess that was resumed elsewhere while it was attached here
 
     # -- sending
     def next_tag(self, prefix="t"):
@@ -68,6 +71,12 @@ class Conn:
         data = b"".join(r["line"] + b"\n" for r in reqs)
         for r in reqs:
             r["c"], r["t"], r["s"] = self.cid, t, self.sess.idx
+            if self.resuming is not None and r.get("target") is None:
+                # Behind a resume not yet answered: dlockd may run it for this connection's own
+                # session or for the one being resumed (model.py trusts neither).
+                r["amb"] = self.resuming.idx
+            if r.get("target") is not None:
+                self.resuming = r["target"]
             self.quit_sent = self.quit_sent or r.get("verb") == "QUIT"
             r["bound"] = self.drv.bound(r)
             if r["tc"] == "tagged":
@@ -116,7 +125,10 @@ class Conn:
                 ev = grammar.parse_event(line)
             except grammar.Bad as e:
                 return drv.violation("grammar", "c%d: %s: %r" % (self.cid, e, line), self)
-            drv.record(dict(k="ev", c=self.cid, t=t, s=self.sess.idx, line=line))
+            # A LOST read after the session moved away (sent before the old daemon heard of it)
+            # belongs to the session that moved.
+            owner = self.moved_from if ev[0] == "LOST" and self.moved_from is not None else self.sess
+            drv.record(dict(k="ev", c=self.cid, t=t, s=owner.idx, line=line))
             drv.leak_check(self, line)
             if ev[0] == "BYE":
                 self.explained.add("BYE")
@@ -146,6 +158,8 @@ class Conn:
         if req is None:
             return drv.violation("unpaired", "c%d: no request waits for %r" % (self.cid, line), self)
         drv.record(dict(k="rep", c=self.cid, r=req["r"], t=t, line=line))
+        if req.get("target") is not None and self.resuming is req["target"]:
+            self.resuming = None
         why = grammar.check(req, r)
         if why:
             nxt = self.fifo[0] if r.tag is None and self.fifo else None
@@ -201,7 +215,7 @@ class Conn:
     def closed_why(self):
         if self.wild or self.drv.stopping or self.doomed == "violation":
             return "wild" if self.wild else self.doomed or "stopping"
-        if not self.drv.daemon.alive():
+        if not (self.dmn or self.drv.daemon).alive():
             return "crash"
         for why in ("BYE", "TOOBIG", "LIMIT", "wrong password"):
             if why in self.explained:
@@ -272,7 +286,8 @@ class Conn:
         return None
 
 
-REDIS_VERBS = ("LOCK", "UNLOCK", "ACQUIRE", "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS")
+REDIS_VERBS = ("LOCK", "UNLOCK", "ACQUIRE", "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS", "KILL", "FORCE",
+               "LIST")
 
 
 def needs_redis(r):
