@@ -18,7 +18,7 @@ struct deadlock;
 struct redis;
 struct server;
 struct conn;
-struct evhttp;
+struct admin;
 struct args;
 struct idrec;
 struct hooks;
@@ -39,7 +39,7 @@ struct dlockd {
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */
     struct event *watchdog;     /* feeds systemd's watchdog, when asked */
-    struct evhttp *http;        /* admin endpoint, or NULL */
+    struct admin *admin;        /* the admin endpoint (admin.c), or NULL */
     int ready;                  /* systemd was told READY=1 */
     struct args *args;          /* the command line, for reloads */
     struct dict *sessions;      /* session id -> struct session */
