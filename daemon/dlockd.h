@@ -61,6 +61,7 @@ struct dlockd {
     struct conn_list reaping;   /* connections to free on the next turn of the loop */
     struct event *advance;      /* runs d->advancing */
     struct event *reap;         /* frees d->reaping */
+    int censuses;               /* LIST and /locks collections running (census.c) */
     uint64_t next_wait;         /* numbers waits for their wid */
     uint64_t nreqs;             /* requests being served */
     uint64_t reqs_peak;         /* the most at once since the heap was last trimmed */
