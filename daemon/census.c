@@ -14,8 +14,10 @@
 #include "redis.h"
 #include "session.h"
 
-#define SCAN_STEPS 64     /* SCAN calls of one LIST at most, over all masters */
+#define SCAN_STEPS 16     /* SCAN calls of one LIST at most, over all masters */
 #define SCAN_COUNT "1000" /* keys each SCAN call looks at, about */
+#define CENSUS_INFLIGHT 2 /* LIST and /locks collections at once, daemon-wide; more are refused */
+#define STATUS_WINDOW 32  /* STATUS calls of one census unanswered at once: renewals pass between */
 
 /* A LIST being collected. */
 struct census {
@@ -26,7 +28,9 @@ struct census {
     int steps;                     /* SCAN calls so far */
     int node;                      /* the master being scanned (redis_command's node) */
     int more;                      /* stopped before the end */
-    int failed;                    /* a STATUS had no answer */
+    const char *failed;            /* why a STATUS had no answer, or NULL */
+    int sending;                   /* in probe_more: answers do not send */
+    long long next;                /* the next name to ask STATUS of */
     char cursor[32];               /* SCAN's */
     char match[2 * PROTO_NAME_MAX + 2 * CONTRACT_KEY_MAX]; /* the MATCH pattern of the x keys */
     struct dict *seen;             /* names found (SCAN may return one twice) */
@@ -79,6 +83,7 @@ static void on_latches(struct dlockd *d, json_t *latches, int more, const char *
 /* The names are known: the latches created here follow. */
 static void finish(struct census *c, const char *err)
 {
+    c->d->censuses--;
     if (err) {
         c->done(c->d, NULL, err, c->arg);
         census_free(c);
@@ -91,6 +96,8 @@ static void finish(struct census *c, const char *err)
     latch_list(c->d, c->pattern, c->limit, on_latches, c);
 }
 
+static void probe_more(struct census *c);
+
 static void on_status(struct dlockd *d, const struct contract_reply *rep, void *arg)
 {
     struct probe *p = arg;
@@ -99,14 +106,39 @@ static void on_status(struct dlockd *d, const struct contract_reply *rep, void *
 
     (void)d;
     if (rep == NULL || rep->status != CONTRACT_OK)
-        c->failed = 1;
+        c->failed = "Redis did not answer in time";
     else if (kind[0] && strcmp(kind, "latch") != 0)
         c->entries[p->i] = json_pack("{s:s, s:s, s:I, s:I}", "name", c->names[p->i], "type", kind, "holders",
                                      (json_int_t)(rep->state.nholders + rep->state.more), "waiters",
                                      (json_int_t)rep->state.waiters);
     free(p);
-    if (--c->pending == 0)
-        finish(c, c->failed ? "Redis did not answer in time" : NULL);
+    c->pending--;
+    if (!c->sending)
+        probe_more(c);
+}
+
+/* Asks STATUS of the next names, STATUS_WINDOW unanswered at most; finishes c once all answered. */
+static void probe_more(struct census *c)
+{
+    c->sending = 1;
+    while (!c->failed && c->next < c->nnames && c->pending < STATUS_WINDOW) {
+        struct probe *p = malloc(sizeof(*p));
+        const char *name = c->names[c->next];
+
+        if (p == NULL)
+            fatalx("census: out of memory");
+        p->c = c;
+        p->i = c->next++;
+        c->pending++;
+        if (c->d->hooks->script(c->d, OP_STATUS, 1, 1, &name, NULL, on_status, NULL, p)) {
+            free(p);
+            c->pending--;
+            c->failed = redis_unavailable(c->d->redis);
+        }
+    }
+    c->sending = 0;
+    if (c->pending == 0)
+        finish(c, c->failed);
 }
 
 /* Asks STATUS of every name found, in name order. */
@@ -115,23 +147,7 @@ static void probe_all(struct census *c)
     qsort(c->names, (size_t)c->nnames, sizeof(*c->names), by_name);
     if ((c->entries = calloc((size_t)c->nnames + 1, sizeof(*c->entries))) == NULL)
         fatalx("census: out of memory");
-    c->pending = c->nnames + 1; /* one more, so that no answer finishes c while calls are made */
-    for (long long i = 0; i < c->nnames; i++) {
-        struct probe *p = malloc(sizeof(*p));
-        const char *name = c->names[i];
-
-        if (p == NULL)
-            fatalx("census: out of memory");
-        p->c = c;
-        p->i = i;
-        if (c->d->hooks->script(c->d, OP_STATUS, 1, 1, &name, NULL, on_status, NULL, p)) {
-            free(p);
-            c->failed = 1;
-            c->pending--;
-        }
-    }
-    if (--c->pending == 0)
-        finish(c, c->failed ? redis_unavailable(c->d->redis) : NULL);
+    probe_more(c);
 }
 
 /* Adds the name of key (prefix{name}:x) unless seen; 1 once limit names are found. */
@@ -215,10 +231,12 @@ static size_t glob_escape(char *out, const char *s)
 
 int census_names(struct dlockd *d, const char *pattern, long long limit, census_done *done, void *arg)
 {
-    struct census *c = calloc(1, sizeof(*c));
+    struct census *c;
     size_t n;
 
-    if (c == NULL || (c->names = calloc((size_t)limit, sizeof(*c->names))) == NULL)
+    if (d->censuses >= CENSUS_INFLIGHT)
+        return CENSUS_BUSY;
+    if ((c = calloc(1, sizeof(*c))) == NULL || (c->names = calloc((size_t)limit, sizeof(*c->names))) == NULL)
         fatalx("census: out of memory");
     c->d = d;
     c->done = done;
@@ -231,7 +249,9 @@ int census_names(struct dlockd *d, const char *pattern, long long limit, census_
     /* Holds and queue entries both have a lease in the x key: it exists while anyone holds or waits. */
     n = glob_escape(c->match, d->cfg.key_prefix);
     snprintf(c->match + n, sizeof(c->match) - n, "{%s}:x", pattern ? pattern : "*");
+    d->censuses++;
     if (scan_step(c)) {
+        d->censuses--;
         census_free(c);
         return -1;
     }

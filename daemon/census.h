@@ -8,6 +8,8 @@ struct dlockd;
 
 #define CENSUS_LIMIT_DEFAULT 100 /* entries of LIST and SESSIONS without limit= */
 #define CENSUS_LIMIT_MAX 1000    /* the largest limit= */
+#define CENSUS_BUSY (-2)         /* census_names: as many censuses as allowed are running */
+#define CENSUS_BUSY_TEXT "as many censuses as allowed are running; try again"
 
 /*
  * What a collection hands over: its document (the callee takes ownership),
@@ -21,8 +23,9 @@ typedef void census_done(struct dlockd *d, json_t *doc, const char *err, void *a
  * then the latches created through this daemon that match, limit at most:
  * {"names":[{"name","type","holders","waiters"}...],"latches":[latch_list's
  * entries],"more":0|1}. A bounded number of SCAN steps, then one STATUS per
- * name found and one read per latch. Returns 0 (done is called later,
- * once), or -1 when Redis cannot be asked now.
+ * name found, a few unanswered at a time, and one read per latch. Returns 0
+ * (done is called later, once), -1 when Redis cannot be asked now, or
+ * CENSUS_BUSY when as many as allowed run already (daemon-wide).
  */
 int census_names(struct dlockd *d, const char *pattern, long long limit, census_done *done, void *arg);
 /*

@@ -29,17 +29,6 @@ struct cmd {
     void (*handler)(struct req *r);
 };
 
-/* Compares in time that depends only on the length of the attempt. */
-static int password_ok(const char *want, const char *got)
-{
-    size_t wl = strlen(want), gl = strlen(got);
-    unsigned char diff = wl != gl;
-
-    for (size_t i = 0; i < gl; i++)
-        diff |= (unsigned char)(got[i] ^ want[i % (wl ? wl : 1)]);
-    return diff == 0;
-}
-
 #define AUTH_TRIES 3 /* wrong passwords before the connection is closed, as sshd's MaxAuthTries */
 
 static const char NOSESSION_TEXT[] = "no live session with that id and secret";
@@ -135,8 +124,8 @@ static int authenticate(struct req *r, const char *password)
         req_err(r, PROTO_ENOAUTH, "another AUTH is in progress");
         return 0;
     }
-    user = cfg->requirepass && password_ok(cfg->requirepass, password);
-    admin = cfg->adminpass && password_ok(cfg->adminpass, password);
+    user = cfg->requirepass && config_secret_eq(cfg->requirepass, password);
+    admin = cfg->adminpass && config_secret_eq(cfg->adminpass, password);
     if (user || admin) {
         c->admin = admin;
         conn_authed(c);

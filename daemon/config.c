@@ -82,11 +82,22 @@ static const struct conf_key keys[] = {
     { "max-ids-total", CONF_INT, FIELD(max_ids_total), "100000", 0, 100000000, LIVE },
     { "unixsocket-perm", CONF_OCTAL, FIELD(unixsocket_perm), "0660", 0, 0777, RESTART },
     { "admin-listen", CONF_OPT_ADDR, FIELD(admin), "", 0, 0, RESTART },
+    { "admin-maxclients", CONF_INT, FIELD(admin_maxclients), "16", 1, 1024, LIVE },
     { "log-level", CONF_LEVEL, FIELD(log_level), "info", 0, 0, LIVE },
     { "log-target", CONF_TARGET, FIELD(log_syslog), "stderr", 0, 0, LIVE },
 };
 
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+int config_secret_eq(const char *want, const char *got)
+{
+    size_t wl = strlen(want), gl = strlen(got);
+    unsigned char diff = wl != gl;
+
+    for (size_t i = 0; i < gl; i++)
+        diff |= (unsigned char)(got[i] ^ want[i % (wl ? wl : 1)]);
+    return diff == 0;
+}
 
 int config_parse_addr(const char *s, struct addr *a)
 {

@@ -71,6 +71,7 @@ struct config {
     int log_syslog;           /* 1: log to syslog instead of stderr */
     struct addr admin;        /* HTTP admin endpoint; admin_on 0: none */
     int admin_on;
+    int64_t admin_maxclients; /* connections to the admin endpoint at once; more are answered 503 */
     int64_t protected_mode;   /* 1: no non-loopback listener without requirepass */
     int64_t unixsocket_perm;  /* mode of unix listen sockets */
     int64_t auth_timeout;     /* ms an unauthenticated connection may stay */
@@ -82,6 +83,8 @@ struct config {
 
 /* Parses "HOST:PORT" or "unix:PATH". Returns 0, or -1. */
 int config_parse_addr(const char *s, struct addr *a);
+/* 1 when got is the password want; the time taken depends only on the length of got. */
+int config_secret_eq(const char *want, const char *got);
 /* Formats an address for logs. */
 const char *config_addr_str(const struct addr *a, char *buf, size_t len);
 /* 1 when sa is in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104, or a unix socket: protected mode allows it. */

@@ -890,15 +890,6 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
 
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
-    if (d->nconns >= d->cfg.maxclients) {
-        char line[128];
-        int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "max number of clients reached");
-        if (n > 0 && write(fd, line, (size_t)n) < 0)
-            log_debug("server: refusing %s", peer);
-        evutil_closesocket(fd);
-        log_warnx("server: maxclients (%lld) reached, refused %s", (long long)d->cfg.maxclients, peer);
-        return;
-    }
     evutil_make_socket_nonblocking(fd);
     /* Replies are small and often follow a request the client pipelined: without this,
      * Nagle holds a grant until the client's delayed ACK (40 ms). Fails harmlessly on unix sockets. */

@@ -100,7 +100,7 @@ struct conn {
 
 /* Sets up d's connection lists and the two events that serve all connections. */
 void conn_init(struct dlockd *d);
-/* Takes a new client socket (or refuses it with ERR LIMIT past maxclients). */
+/* Takes a new client socket that the server accepted (server.c checks maxclients). */
 void conn_accept(struct dlockd *d, evutil_socket_t fd, const char *peer);
 /*
  * Makes a connection from a non-blocking stream socket (conn_accept's, or

@@ -18,7 +18,7 @@ struct deadlock;
 struct redis;
 struct server;
 struct conn;
-struct evhttp;
+struct admin;
 struct args;
 struct idrec;
 struct hooks;
@@ -40,7 +40,7 @@ struct dlockd {
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */
     struct event *watchdog;     /* feeds systemd's watchdog, when asked */
-    struct evhttp *http;        /* admin endpoint, or NULL */
+    struct admin *admin;        /* the admin endpoint (admin.c), or NULL */
     int ready;                  /* systemd was told READY=1 */
     struct args *args;          /* the command line, for reloads */
     struct dict *sessions;      /* session id -> struct session */
@@ -63,6 +63,7 @@ struct dlockd {
     struct conn_list reaping;   /* connections to free on the next turn of the loop */
     struct event *advance;      /* runs d->advancing */
     struct event *reap;         /* frees d->reaping */
+    int censuses;               /* LIST and /locks collections running (census.c) */
     uint64_t next_wait;         /* numbers waits for their wid */
     uint64_t nreqs;             /* requests being served */
     uint64_t nqueued;           /* lines of all connections waiting their turn (max-requests) */

@@ -103,3 +103,12 @@ void fatal(const char *fmt, ...)
     LOG_BODY(LEVEL_ERROR, saved);
     exit(1);
 }
+
+int log_rate_due(struct log_rate *r, uint64_t now, uint64_t every_ms)
+{
+    r->count++;
+    if (r->at != 0 && now < r->at + every_ms)
+        return 0;
+    r->at = now;
+    return 1;
+}

@@ -5,6 +5,8 @@
 /* info carries the audit trail of lock events; notice, what the daemon itself does. */
 enum log_level { LEVEL_DEBUG, LEVEL_INFO, LEVEL_NOTICE, LEVEL_WARN, LEVEL_ERROR };
 
+#include <stdint.h>
+
 #define LOG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
 void log_set_level(enum log_level level);
@@ -20,6 +22,14 @@ void log_notice(const char *fmt, ...) LOG_PRINTF(1, 2);
 void log_warnx(const char *fmt, ...) LOG_PRINTF(1, 2);
 /* Like log_warnx, with strerror(errno) appended. */
 void log_warn(const char *fmt, ...) LOG_PRINTF(1, 2);
+/* A repeated event that is logged at most once every so often, with how often it happened. */
+struct log_rate {
+    uint64_t at; /* ms of the last line, 0 for none */
+    int count;   /* events since that line, this one included */
+};
+/* Counts an event at now (ms); 1 when a line about it is due: log r->count, then zero it. */
+int log_rate_due(struct log_rate *r, uint64_t now, uint64_t every_ms);
+
 void fatalx(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
 void fatal(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
 

@@ -46,10 +46,13 @@ static void answer(struct dlockd *d, json_t *doc, const char *err, void *arg)
 void oper_list(struct req *r)
 {
     long long limit;
+    int rc;
 
     if (limit_of(r, &limit))
         return;
-    if (census_names(r->d, r->pr.nnames ? r->pr.names[0] : NULL, limit, answer, r))
+    if ((rc = census_names(r->d, r->pr.nnames ? r->pr.names[0] : NULL, limit, answer, r)) == CENSUS_BUSY)
+        req_err(r, PROTO_ELIMIT, CENSUS_BUSY_TEXT);
+    else if (rc)
         req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
 }
 

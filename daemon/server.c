@@ -1,5 +1,6 @@
 /* server.c - TCP and unix-socket listeners; accepted sockets become connections. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +18,25 @@
 #include "conn.h"
 #include "dlockd.h"
 #include "log.h"
+#include "redis.h"
 #include "server.h"
 
 #define ACCEPT_RETRY_MS 100 /* accepting stays paused this long after it failed */
-#define ACCEPT_LOG_MS 10000 /* at most one log line about failed accepts this often */
-#define FD_RESERVE 32       /* descriptors besides maxclients: Redis links, listeners, admin, logs */
+#define ACCEPT_LOG_MS 10000 /* at most one log line about failed or refused accepts this often */
+#define FD_RESERVE 64       /* descriptors no client may take: stdio, log, event base, listeners, Redis, Sentinel */
+#define SERVER_ADOPTED 4    /* listeners of other modules (admin.c) that pause with ours */
 
 struct server {
     struct evconnlistener *listeners[CONFIG_MAX_ADDRS];
     int n;
     int inherited;        /* the sockets came from systemd: their paths are not ours to unlink */
+    struct evconnlistener *adopted[SERVER_ADOPTED]; /* other modules', NULL in free slots */
+    int wanted[SERVER_ADOPTED]; /* their owner wants them accepting */
     struct event *resume; /* ends a pause of accepting */
-    uint64_t logged;      /* monotonic ms of the last line about a failed accept, 0 for none */
-    int pauses;           /* of accepting, since that line */
-    int failing;          /* that line was logged and no accept has succeeded since */
+    int paused;           /* accepting is paused for want of descriptors */
+    struct log_rate failed; /* accepts that failed */
+    int failing;          /* such a line was logged and no accept has succeeded since */
+    struct log_rate refused; /* connections refused: maxclients, or too few descriptors left */
 };
 
 static void peer_name(const struct sockaddr *sa, char *buf, size_t len)
@@ -81,6 +87,38 @@ int server_exposed(struct dlockd *d, char *buf, size_t len)
     return 0;
 }
 
+/* The descriptors a client connection may take: those numbered below the soft limit less a
+ * reserve. The reserve keeps descriptors for Redis links (one per Cluster master), the admin
+ * endpoint's connections and the daemon's own files, which clients could otherwise exhaust;
+ * on a low limit it is half of it. */
+int server_fd_line(const struct dlockd *d)
+{
+    rlim_t reserve = FD_RESERVE + (rlim_t)d->cfg.admin_maxclients + 2 * (rlim_t)redis_nodes(d->redis);
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX)
+        return INT_MAX;
+    if (reserve > rl.rlim_cur / 2)
+        reserve = rl.rlim_cur / 2;
+    return (int)(rl.rlim_cur - reserve);
+}
+
+/* Refuses a client with ERR LIMIT why; one log line at most every ACCEPT_LOG_MS. */
+static void refuse(struct dlockd *d, evutil_socket_t fd, const char *peer, const char *why)
+{
+    struct server *srv = d->server;
+    char line[128];
+    int n = proto_fmt_err(line, sizeof(line), NULL, PROTO_ELIMIT, "%s", why);
+
+    if (n > 0 && write(fd, line, (size_t)n) < 0)
+        log_debug("server: refusing %s", peer);
+    evutil_closesocket(fd);
+    if (log_rate_due(&srv->refused, now_ms(), ACCEPT_LOG_MS)) {
+        log_warnx("server: %s, refused %s (%d refused since the last such line)", why, peer, srv->refused.count);
+        srv->refused.count = 0;
+    }
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
 {
     struct dlockd *d = arg;
@@ -93,7 +131,22 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         log_notice("server: accepting connections again");
     }
     peer_name(sa, peer, sizeof(peer));
-    conn_accept(d, fd, peer);
+    if (d->nconns >= d->cfg.maxclients)
+        refuse(d, fd, peer, "max number of clients reached");
+    else if (fd >= server_fd_line(d))
+        refuse(d, fd, peer, "too few file descriptors left");
+    else
+        conn_accept(d, fd, peer);
+}
+
+/* Enables every listener that should accept now, disables the others. */
+static void apply(struct server *srv)
+{
+    for (int i = 0; i < srv->n; i++)
+        (srv->paused ? evconnlistener_disable : evconnlistener_enable)(srv->listeners[i]);
+    for (int i = 0; i < SERVER_ADOPTED; i++)
+        if (srv->adopted[i])
+            (srv->paused || !srv->wanted[i] ? evconnlistener_disable : evconnlistener_enable)(srv->adopted[i]);
 }
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
@@ -102,36 +155,71 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    for (int i = 0; i < srv->n; i++)
-        evconnlistener_enable(srv->listeners[i]);
+    srv->paused = 0;
+    apply(srv);
 }
 
 /* accept failed, most likely for want of descriptors (EMFILE, ENFILE): the
- * connection stays in the backlog and the listener readable, so accepting
- * pauses instead of spinning, and is tried again after ACCEPT_RETRY_MS. */
-static void on_accept_error(struct evconnlistener *l, void *arg)
+ * connection stays in the backlog and the listener readable, so every
+ * listener pauses instead of spinning, and accepts again after ACCEPT_RETRY_MS. */
+void server_accept_failed(struct dlockd *d, struct evconnlistener *l)
 {
-    struct server *srv = ((struct dlockd *)arg)->server;
+    struct server *srv = d->server;
     struct timeval tv = { 0, ACCEPT_RETRY_MS * 1000 };
     int err = EVUTIL_SOCKET_ERROR();
 
-    (void)l;
-    srv->pauses++;
-    if (srv->logged == 0 || now_ms() >= srv->logged + ACCEPT_LOG_MS) {
+    if (srv == NULL) { /* shutting down */
+        evconnlistener_disable(l);
+        return;
+    }
+    if (log_rate_due(&srv->failed, now_ms(), ACCEPT_LOG_MS)) {
         log_warnx("server: accept: %s; accepting paused for %d ms, %d time(s) since the last such line",
-                  strerror(err), ACCEPT_RETRY_MS, srv->pauses);
-        srv->logged = now_ms();
-        srv->pauses = 0;
+                  strerror(err), ACCEPT_RETRY_MS, srv->failed.count);
+        srv->failed.count = 0;
         srv->failing = 1;
     }
-    for (int i = 0; i < srv->n; i++)
-        evconnlistener_disable(srv->listeners[i]);
+    srv->paused = 1;
+    apply(srv);
     evtimer_add(srv->resume, &tv);
+}
+
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    server_accept_failed(arg, l);
+}
+
+void server_adopt(struct dlockd *d, struct evconnlistener *l, int on)
+{
+    struct server *srv = d->server;
+
+    for (int i = 0; i < SERVER_ADOPTED; i++)
+        if (srv->adopted[i] == NULL || srv->adopted[i] == l) {
+            srv->adopted[i] = l;
+            srv->wanted[i] = on;
+            apply(srv);
+            return;
+        }
+    fatalx("server: more than %d adopted listeners", SERVER_ADOPTED);
+}
+
+void server_want(struct dlockd *d, struct evconnlistener *l, int on)
+{
+    if (d->server)
+        server_adopt(d, l, on);
+    else if (!on)
+        evconnlistener_disable(l);
+}
+
+void server_disown(struct dlockd *d, struct evconnlistener *l)
+{
+    for (int i = 0; d->server && i < SERVER_ADOPTED; i++)
+        if (d->server->adopted[i] == l)
+            d->server->adopted[i] = NULL;
 }
 
 void server_fd_limit(const struct config *cfg)
 {
-    rlim_t want = (rlim_t)cfg->maxclients + FD_RESERVE;
+    rlim_t want = (rlim_t)cfg->maxclients + FD_RESERVE + (rlim_t)cfg->admin_maxclients;
     struct rlimit rl;
 
     if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
@@ -141,7 +229,7 @@ void server_fd_limit(const struct config *cfg)
         log_warn("server: cannot raise the limit of descriptors to %llu", (unsigned long long)rl.rlim_cur);
     else if (rl.rlim_cur < want)
         log_warnx("server: maxclients %lld needs %llu descriptors, the hard limit is %llu: "
-                  "connections past that wait in the backlog",
+                  "clients past what it leaves are refused",
                   (long long)cfg->maxclients, (unsigned long long)want, (unsigned long long)rl.rlim_max);
 }
 

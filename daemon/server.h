@@ -6,6 +6,7 @@
 
 struct config;
 struct dlockd;
+struct evconnlistener;
 
 /* Opens every configured listener, after server_fd_limit. Returns 0, or -1 after logging why. */
 int server_listen(struct dlockd *d);
@@ -17,5 +18,20 @@ int server_fd_exposed(int fd, char *buf, size_t len);
 int server_exposed(struct dlockd *d, char *buf, size_t len);
 /* Makes room for maxclients connections: raises the soft limit of descriptors, or logs why it cannot. */
 void server_fd_limit(const struct config *cfg);
+/* The lowest descriptor number a client connection is refused at (the soft limit less a reserve). */
+int server_fd_line(const struct dlockd *d);
+/*
+ * Pauses every listener (ours and the adopted ones) for a while after an
+ * accept of l failed: call it from a listener's error callback.
+ */
+void server_accept_failed(struct dlockd *d, struct evconnlistener *l);
+/*
+ * Makes l, a listener of another module, pause with the others; it accepts
+ * while on (server_want changes that) and no pause is on. server_disown before
+ * freeing it. At most SERVER_ADOPTED.
+ */
+void server_adopt(struct dlockd *d, struct evconnlistener *l, int on);
+void server_want(struct dlockd *d, struct evconnlistener *l, int on);
+void server_disown(struct dlockd *d, struct evconnlistener *l);
 
 #endif

@@ -150,11 +150,11 @@ START_TEST(test_list_across_daemons)
     H_REQ(o, "OK {\"names\":[],\"latches\":[],\"more\":0}", "LIST nothing-*");
 
     /* The admin endpoint shows the same document. */
-    ck_assert_int_eq(h_http_get(port, "/locks?pattern=la-*", NULL, &body, 5000), 200);
+    ck_assert_int_eq(h_http_get_auth(port, "/locks?pattern=la-*", "Bearer " ADMINPASS, NULL, &body, 5000), 200);
     ck_assert_msg(count_of(body, "\"name\":") == 3 && strstr(body, "\"more\":0"), "%s", body);
     free(body);
-    ck_assert_int_eq(h_http_get(port, "/locks?limit=5000", NULL, NULL, 5000), 400);
-    ck_assert_int_eq(h_http_get(port, "/sessions?limit=1", NULL, &body, 5000), 200);
+    ck_assert_int_eq(h_http_get_auth(port, "/locks?limit=5000", "Bearer " ADMINPASS, NULL, NULL, 5000), 400);
+    ck_assert_int_eq(h_http_get_auth(port, "/sessions?limit=1", "Bearer " ADMINPASS, NULL, &body, 5000), 200);
     ck_assert_msg(count_of(body, "\"session\":") == 1 && strstr(body, "\"more\":1"), "%s", body);
     free(body);
 }

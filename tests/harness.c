@@ -2119,6 +2119,11 @@ void h_write_file(const char *path, const char *fmt, ...)
 
 int h_http_get(int port, const char *path, char **headers, char **body, int timeout_ms)
 {
+    return h_http_get_auth(port, path, NULL, headers, body, timeout_ms);
+}
+
+int h_http_get_auth(int port, const char *path, const char *auth, char **headers, char **body, int timeout_ms)
+{
     int64_t deadline = h_now_ms() + timeout_ms;
     int fd = h_tcp_connect(port), code = -1, closed = 0;
     struct h_sb resp = {0};
@@ -2128,7 +2133,8 @@ int h_http_get(int port, const char *path, char **headers, char **body, int time
         *headers = NULL;
     if (body)
         *body = NULL;
-    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n", path, port);
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n%s%s%s\r\n", path, port,
+             auth ? "Authorization: " : "", auth ? auth : "", auth ? "\r\n" : "");
     h_sb_add(&resp, "", 0);
     if (fd >= 0 && h_send_all(fd, req, strlen(req)) == 0) {
         /* HTTP/1.0 without keep-alive: the response ends when the server closes. */

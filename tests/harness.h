@@ -348,6 +348,8 @@ void h_write_file(const char *path, const char *fmt, ...) __attribute__((format(
  * copies of the header block (status line included) and of the body.
  */
 int h_http_get(int port, const char *path, char **headers, char **body, int timeout_ms);
+/* As h_http_get, with "Authorization: auth" among the headers (none when auth is NULL). */
+int h_http_get_auth(int port, const char *path, const char *auth, char **headers, char **body, int timeout_ms);
 
 /* ---- assertions: they fail the test with the caller's file and line and print the daemons' log tails */
 
