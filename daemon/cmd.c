@@ -158,8 +158,10 @@ static void hello_answer(struct req *r, struct session *s, const char *secret, i
     /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
     if (redis_jeopardy(c->d->redis))
         conn_event(c, "JEOPARDY");
-    if (resumed)
+    if (resumed) {
         conn_resumed(c);
+        record_told(s);
+    }
 }
 
 static void hello_gone(struct req *r)

@@ -49,10 +49,15 @@ static void session_forget(struct session *s)
         hold_remove(s->d, h);
 }
 
-/* A hold of s on name ended here: its record no longer lists it unless a wait may still be granted it. */
+/* A hold of s on name ended here: its record no longer lists it unless a wait may still be granted it,
+ * or s has no connection to hear its LOST (a resume elsewhere tells it from the record). */
 static void hold_ended(struct session *s, const char *hid, const char *name)
 {
-    if (!wait_owner_knows(s->d, s, hid + 1, name, NULL, 0))
+    if (wait_owner_knows(s->d, s, hid + 1, name, NULL, 0))
+        return;
+    if (conn_gone(s->conn))
+        session_untold(s, hid, name);
+    else
         record_index(s, hid, name, 0);
 }
 

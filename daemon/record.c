@@ -284,6 +284,22 @@ void record_flush(struct dlockd *d)
     drop_pending();
 }
 
+void record_told(struct session *s)
+{
+    char *buf = s->untold, *line = buf, *end = buf + s->untold_len;
+
+    s->untold = NULL;
+    s->untold_len = 0;
+    while (line && line < end) {
+        char *nl = memchr(line, '\n', (size_t)(end - line)), *sp = memchr(line, ' ', (size_t)(nl - line));
+        *nl = *sp = '\0';
+        if (hold_find(s->d, sp + 1, line) == NULL) /* not granted again since */
+            s->d->hooks->hold_ended(s, line, sp + 1);
+        line = nl + 1;
+    }
+    free(buf);
+}
+
 void record_delete(struct session *s)
 {
     char key[CONTRACT_KEY_MAX];

@@ -32,6 +32,8 @@ void record_index(struct session *s, const char *hid, const char *name, int add)
 void record_waiting(struct session *s, const char *hid, const char *name, const char *wid);
 /* Notes the token of a hold granted to s, so that a resume elsewhere can report it lost. */
 void record_granted(struct session *s, const char *hid, const char *name, const char *token);
+/* s's client heard the events kept for it here: the index entries of the holds they report go. */
+void record_told(struct session *s);
 /* Sends the index changes noted since the last call, in one call. */
 void record_flush(struct dlockd *d);
 /* Ends s's record: for a few seconds only its daemon is left, which a daemon

@@ -163,6 +163,18 @@ void session_new_secret(struct session *s, char out[SESSION_SECRET_LEN + 1])
     s->has_secret = 1;
 }
 
+void session_untold(struct session *s, const char *hid, const char *name)
+{
+    size_t len = strlen(hid) + 1 + strlen(name) + 1;
+
+    /* One line per hold: at most max-holds of them, as the events they stand for. */
+    if (s->nmissed > s->d->cfg.max_holds)
+        return;
+    if ((s->untold = realloc(s->untold, s->untold_len + len + 1)) == NULL)
+        fatalx("session: out of memory");
+    s->untold_len += (size_t)sprintf(s->untold + s->untold_len, "%s %s\n", hid, name);
+}
+
 void session_touch(struct session *s)
 {
     s->last_seen = now_ms();
@@ -185,6 +197,7 @@ static int forget(const char *key, void *val, void *arg)
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
     free(s->missed);
+    free(s->untold);
     free(s->name);
     free(s);
     return 0;
@@ -216,6 +229,7 @@ void session_end(struct session *s, enum session_end why)
     if (c)
         d->hooks->session_left(c, why == SESSION_EXPIRED);
     free(s->missed);
+    free(s->untold);
     free(s->name);
     free(s);
 }

@@ -42,6 +42,9 @@ struct session {
     char *missed;                 /* event lines its client may not have read, for its next connection */
     size_t missed_len;
     int nmissed;
+    char *untold;                 /* "hid name\n" of holds that ended while it had no connection: their
+                                   * index entries stay in its record, so a resume elsewhere tells the LOST */
+    size_t untold_len;
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */
@@ -83,6 +86,8 @@ void session_set_ttl(struct session *s, int64_t ttl);
 enum session_end { SESSION_QUIT, SESSION_EXPIRED };
 /* Frees every session and its holds here, leaving Redis as it is (shutdown). */
 void session_free_all(struct dlockd *d);
+/* Notes that the hold hid on name ended while s had no connection (its record keeps it). */
+void session_untold(struct session *s, const char *hid, const char *name);
 /* Releases every hold, cancels every wait and frees s. */
 void session_end(struct session *s, enum session_end why);
 

@@ -172,6 +172,29 @@ START_TEST(test_kill_across_daemons)
 }
 END_TEST
 
+/* A hold lost while its session has no connection is told to the client wherever it resumes:
+ * on another daemon too (before, the LOST stayed with the daemon it left). */
+START_TEST(test_lost_told_on_other_daemon)
+{
+    const char *const *args = H_ARGS("--adminpass", "op-secret");
+    struct h_dlockd *d1 = h_dlockd_start(R->port, args), *d2 = h_dlockd_start(R->port, args);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *op = H_CLIENT(d1, "name=op"), *n;
+    long long t = H_LOCK_NEW(a, "f1");
+    char pat[100];
+
+    H_REQ(op, "OK", "AUTH op-secret");
+    h_close(a);
+    h_sleep_ms(200);
+    H_REQ(op, "OK count=1", "FORCE f1");
+    n = H_CONNECT(d2->port);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    expect_resumed(n, a);
+    snprintf(pat, sizeof pat, "* LOST f1 token=%lld reason=%%w", t);
+    H_EVENT(n, pat, 3000);
+    H_REQ(n, "ERR NOTHELD%*", "UNLOCK f1");
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -185,6 +208,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);
+    tcase_add_test(tc, test_lost_told_on_other_daemon);
     suite_add_tcase(s, tc);
     return s;
 }
