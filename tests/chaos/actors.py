@@ -637,6 +637,17 @@ class Resumer(Actor):
             if conn is self.conn:
                 self.plan.insert(0, lambda: self.resume_piped(s))
 
+    def on_close(self, conn, t):
+        # An UNLOCK (or QUIT) whose answer it never read may have run: its holds are not known
+        # any more, and a new token for them later is no hold lost untold.
+        for r in conn.pending():
+            if r.get("verb") == "QUIT":
+                self.ledger = {}
+            elif r.get("verb") == "UNLOCK":
+                for name in r.get("names") or []:
+                    self.ledger.pop(name, None)
+        Actor.on_close(self, conn, t)
+
     def on_event(self, conn, ev, t):
         Actor.on_event(self, conn, ev, t)
         if ev[0] == "LOST":
