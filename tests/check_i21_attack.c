@@ -1,0 +1,447 @@
+/* check_i21_attack.c - hostile review of issue 21 (the all-or-nothing resume): races between
+ * takeovers of one session on several daemons, shutdowns in the middle of a takeover, and
+ * pipelining behind a resuming HELLO. Each test states the property it checks. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+/* ---- a TCP proxy in front of Redis that can hold back the answer to an ADOPT call */
+
+struct proxy_ctl {
+    volatile int armed;    /* the next upstream chunk that names "adopt" holds its connection's answers */
+    volatile int holding;  /* answers are held on one connection */
+    volatile int release;  /* deliver what was held, then forward as usual */
+};
+
+struct proxy {
+    pid_t pid;
+    int port;
+    struct proxy_ctl *ctl;
+};
+
+#define PX_MAX 16
+
+static void proxy_run(int lfd, int target, struct proxy_ctl *ctl)
+{
+    int cfd[PX_MAX], rfd[PX_MAX], held[PX_MAX], n = 0;
+    char *hbuf[PX_MAX];
+    size_t hlen[PX_MAX];
+
+    memset(hbuf, 0, sizeof(hbuf));
+    memset(hlen, 0, sizeof(hlen));
+    for (;;) {
+        struct pollfd p[1 + 2 * PX_MAX];
+        int np = 0;
+
+        p[np++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+        for (int i = 0; i < n; i++) {
+            p[np++] = (struct pollfd){ .fd = cfd[i], .events = POLLIN };
+            p[np++] = (struct pollfd){ .fd = rfd[i], .events = POLLIN };
+        }
+        poll(p, (nfds_t)np, 20);
+        if (ctl->release) {
+            for (int i = 0; i < n; i++)
+                if (held[i]) {
+                    if (hlen[i])
+                        (void)!write(cfd[i], hbuf[i], hlen[i]);
+                    free(hbuf[i]);
+                    hbuf[i] = NULL;
+                    hlen[i] = 0;
+                    held[i] = 0;
+                }
+            ctl->holding = 0;
+        }
+        if ((p[0].revents & POLLIN) && n < PX_MAX) {
+            int c = accept(lfd, NULL, NULL);
+            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)target),
+                                      .sin_addr.s_addr = htonl(0x7f000001) };
+            int r = socket(AF_INET, SOCK_STREAM, 0);
+            if (c >= 0 && connect(r, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+                cfd[n] = c;
+                rfd[n] = r;
+                held[n] = 0;
+                n++;
+            } else {
+                close(c);
+                close(r);
+            }
+        }
+        for (int i = 0; i < n; i++) {
+            char buf[65536];
+            ssize_t k;
+            short ce = p[1 + 2 * i].revents, re = p[2 + 2 * i].revents;
+            int dead = 0;
+
+            if (ce & (POLLIN | POLLHUP | POLLERR)) {
+                if ((k = read(cfd[i], buf, sizeof(buf))) <= 0) {
+                    dead = 1;
+                } else {
+                    if (ctl->armed && memmem(buf, (size_t)k, "adopt", 5)) {
+                        ctl->armed = 0;
+                        ctl->holding = 1;
+                        held[i] = 1;
+                    }
+                    (void)!write(rfd[i], buf, (size_t)k);
+                }
+            }
+            if (!dead && (re & (POLLIN | POLLHUP | POLLERR))) {
+                if ((k = read(rfd[i], buf, sizeof(buf))) <= 0) {
+                    dead = 1;
+                } else if (held[i]) {
+                    hbuf[i] = realloc(hbuf[i], hlen[i] + (size_t)k);
+                    memcpy(hbuf[i] + hlen[i], buf, (size_t)k);
+                    hlen[i] += (size_t)k;
+                } else {
+                    (void)!write(cfd[i], buf, (size_t)k);
+                }
+            }
+            if (dead) {
+                close(cfd[i]);
+                close(rfd[i]);
+                free(hbuf[i]);
+                cfd[i] = cfd[n - 1];
+                rfd[i] = rfd[n - 1];
+                held[i] = held[n - 1];
+                hbuf[i] = hbuf[n - 1];
+                hlen[i] = hlen[n - 1];
+                hbuf[n - 1] = NULL;
+                n--;
+                i--;
+            }
+        }
+    }
+}
+
+static struct proxy proxy_start(int target)
+{
+    struct proxy px = { 0 };
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
+    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
+
+    px.ctl = mmap(NULL, sizeof(*px.ctl), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(px.ctl != MAP_FAILED);
+    memset((void *)px.ctl, 0, sizeof(*px.ctl));
+    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    px.port = h_free_port();
+    sa.sin_port = htons((uint16_t)px.port);
+    ck_assert(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 16) == 0);
+    if ((px.pid = fork()) == 0) {
+        signal(SIGTERM, SIG_DFL);
+        proxy_run(lfd, target, px.ctl);
+        _exit(0);
+    }
+    close(lfd);
+    return px;
+}
+
+static void proxy_stop(struct proxy *px)
+{
+    if (px->pid > 0) {
+        kill(px->pid, SIGKILL);
+        waitpid(px->pid, NULL, 0);
+        px->pid = 0;
+    }
+}
+
+static int wait_flag(volatile int *flag, int want, int ms)
+{
+    for (int64_t end = h_now_ms() + ms; h_now_ms() < end; h_sleep_ms(5))
+        if (*flag == want)
+            return 1;
+    return *flag == want;
+}
+
+/* Closes c's socket and keeps the struct (its session and secret) readable. */
+static void drop_conn(struct h_conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    close(c->fd);
+    c->fd = -1;
+    c->eof = 1;
+}
+
+/* The OK of a resume of c's session. */
+static const char *expect_resumed(struct h_conn *n, const struct h_conn *c)
+{
+    char pat[200];
+
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1 lease=%%d",
+             c->session, c->secret);
+    return H_REPLY(n, pat, 5000);
+}
+
+/* Sanitizer reports in a daemon's log. */
+static void assert_clean_log(const struct h_dlockd *d)
+{
+    char *log = h_dlockd_log_read(d);
+    const char *p = strstr(log, "Sanitizer");
+
+    if (p == NULL)
+        p = strstr(log, "runtime error:");
+    if (p != NULL) {
+        fprintf(stderr, "---- %s\n%.*s\n", d->log, 3000, p > log + 200 ? p - 200 : log);
+        free(log);
+        H_FAIL("sanitizer report in %s", d->log);
+    }
+    free(log);
+}
+
+/*
+ * Two takeovers of one session interleave: d2's ADOPT runs first, d3's ADOPT second (the holds
+ * are now d3's in Redis), d3 claims the record, then d2 claims it. d3 hears "M", finds the
+ * record names d2 and releases "the holds granted here since" -- every hold of the session,
+ * since Redis says they are d3's. d2's client was told resumed=1 and believes it holds x, yet
+ * x is free in Redis: another client is granted it. The lock is granted twice until d2's
+ * renewal notices (lock-lease/3 later).
+ */
+START_TEST(test_two_takeovers_interleaved)
+{
+    struct proxy px = proxy_start(R->port);
+    const char *const *args = H_ARGS("--backend-timeout", "10s");
+    struct h_dlockd *d2 = h_dlockd_start(px.port, args), *d3 = h_dlockd_start(R->port, args);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *other = H_CLIENT(D, "name=other");
+    struct h_conn *n2 = H_CONNECT(d2->port), *n3 = H_CONNECT(d3->port);
+    const char *r;
+    int granted;
+
+    H_LOCK_NEW(a, "x");
+    drop_conn(a); /* the client reconnects; the session waits for it on D */
+    h_sleep_ms(200);
+    px.ctl->armed = 1;
+    h_send(n2, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_msg(wait_flag(&px.ctl->holding, 1, 5000), "d2 sent no ADOPT");
+    h_sleep_ms(100); /* d2's ADOPT ran in Redis: x is d2's; its answer is held */
+    h_send(n3, "HELLO session=%s secret=%s", a->session, a->secret);
+    expect_resumed(n3, a); /* d3 adopted x from d2 and claimed the record */
+    px.ctl->release = 1;   /* d2 hears its ADOPT succeeded, and claims the record too */
+    r = h_reply(n2, 5000);
+    ck_assert_msg(r != NULL, "d2's HELLO: no answer");
+    h_sleep_ms(500); /* d3 hears "M" and lets go */
+    if (!h_match(r, "OK session=%w %*")) {
+        proxy_stop(&px);
+        return; /* d2 refused: no harm done */
+    }
+    /* d2's client is told it has the session, with x. Nobody else may get x now. */
+    h_send(other, "LOCK x");
+    r = h_reply(other, 5000);
+    granted = r && h_match(r, "OK token=%d count=1");
+    {
+        char *holds = h_holds_at(R->port, "x");
+        fprintf(stderr, "after both resumes: d2 said resumed, other's LOCK x: %s; holds of x in Redis: '%s'\n",
+                r ? r : "(none)", holds);
+        free(holds);
+    }
+    proxy_stop(&px);
+    ck_assert_msg(!granted, "x granted to another client while the resumed session holds it: %s", r);
+}
+END_TEST
+
+/*
+ * The same race with an operator: KILL on d2 and a resume on d3 at once. The KILL is answered
+ * OK and must end the session wherever it went; the resumed client must not be left believing
+ * it holds x while x is free.
+ */
+START_TEST(test_kill_and_resume_interleaved)
+{
+    struct proxy px = proxy_start(R->port);
+    const char *const *args = H_ARGS("--backend-timeout", "10s", "--adminpass", "op-secret");
+    struct h_dlockd *d1 = h_dlockd_start(R->port, args);
+    struct h_dlockd *d2 = h_dlockd_start(R->port, args), *d3 = h_dlockd_start(px.port, args);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *other = H_CLIENT(d1, "name=other");
+    struct h_conn *op = H_CLIENT(d2, "name=op"), *n3 = H_CONNECT(d3->port);
+    const char *r, *k;
+    int granted, alive;
+
+    H_LOCK_NEW(a, "x");
+    drop_conn(a);
+    h_sleep_ms(200);
+    H_REQ(op, "OK", "AUTH op-secret");
+    px.ctl->armed = 1;
+    h_send(n3, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_msg(wait_flag(&px.ctl->holding, 1, 5000), "d3 sent no ADOPT");
+    h_sleep_ms(100);
+    h_send(op, "KILL %s", a->session);
+    k = H_REPLY(op, "OK%*", 5000);
+    px.ctl->release = 1;
+    r = h_reply(n3, 5000);
+    ck_assert_msg(r != NULL, "d3's HELLO: no answer");
+    h_sleep_ms(500);
+    alive = h_match(r, "OK session=%w %*") && !n3->eof;
+    fprintf(stderr, "KILL: %s; resume: %s; resumed connection %s\n", k, r, alive ? "open" : "closed");
+    if (alive) {
+        /* the resumed client still holds its session: is its x really held? */
+        const char *p = h_request(n3, 2000, "PING");
+        fprintf(stderr, "PING on resumed: %s\n", p ? p : "(none)");
+        h_send(other, "LOCK x");
+        r = h_reply(other, 5000);
+        granted = r && h_match(r, "OK token=%d count=1");
+        proxy_stop(&px);
+        ck_assert_msg(!granted, "KILL answered OK, the session lives on d3 with x, and x is granted to another: %s",
+                      r);
+    }
+    proxy_stop(&px);
+}
+END_TEST
+
+/* SIGTERM while a takeover is being handed back (Redis does not answer): the daemon exits
+ * cleanly, with no sanitizer report. */
+START_TEST(test_sigterm_during_handback)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, H_ARGS("--backend-timeout", "600ms"));
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
+    int st;
+
+    H_LOCK_NEW(a, "y");
+    H_LOCK_NEW(a, "y2");
+    h_redis_pause(R);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    h_sleep_ms(100);
+    h_close(n);
+    h_sleep_ms(1500); /* the record read fails; or ADOPT unanswered: hand-back retried */
+    h_redis_resume(R);
+    h_sleep_ms(5);
+    h_redis_pause(R);
+    st = h_dlockd_stop(d2);
+    h_redis_resume(R);
+    fprintf(stderr, "d2 exit status %d\n", st);
+    assert_clean_log(d2);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "d2 exit status %d", st);
+}
+END_TEST
+
+/* SIGTERM while ADOPT calls are in flight (Redis stopped right after the record was read). */
+START_TEST(test_sigterm_during_adopt)
+{
+    struct proxy px = proxy_start(R->port);
+    struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "10s"));
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
+    int st;
+
+    H_LOCK_NEW(a, "w1");
+    px.ctl->armed = 1;
+    h_send(n, "HELLO session=%s secret=%s\n#p PING\nLOCK w2\nQUIT", a->session, a->secret);
+    ck_assert(wait_flag(&px.ctl->holding, 1, 5000));
+    h_sleep_ms(100);
+    st = h_dlockd_stop(d2);
+    proxy_stop(&px);
+    fprintf(stderr, "d2 exit status %d\n", st);
+    assert_clean_log(d2);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "d2 exit status %d", st);
+}
+END_TEST
+
+/* 3000 lines of every verb pipelined behind a resuming HELLO (a second HELLO, AUTH, id=
+ * repeats, a final QUIT): every one answered in order, then the QUIT ends the session. */
+START_TEST(test_pipeline_behind_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, H_ARGS("--max-queued", "100000"));
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port), *b = H_CLIENT(D, "name=bob");
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap);
+    const char *r;
+    int got = 0, quitok = 0;
+
+    H_LOCK_NEW(a, "p");
+    len += (size_t)snprintf(buf + len, cap - len, "HELLO session=%s secret=%s\n", a->session, a->secret);
+    for (int i = 0; i < 500; i++)
+        len += (size_t)snprintf(buf + len, cap - len,
+                                "#t%d LOCK p id=r%d\nLOCK p id=r%d\nUNLOCK p\nHELLO name=x%d\nAUTH nope\nSTATUS p\n", i, i,
+                                i, i);
+    len += (size_t)snprintf(buf + len, cap - len, "QUIT\n");
+    h_send_raw(n, buf, len);
+    free(buf);
+    r = expect_resumed(n, a);
+    while ((r = h_line(n, 10000)) != NULL) {
+        got++;
+        if (strcmp(r, "OK") == 0)
+            quitok = 1;
+    }
+    fprintf(stderr, "%d lines after the HELLO, QUIT %s\n", got, quitok ? "OK" : "missing");
+    ck_assert_msg(quitok, "no OK to the QUIT");
+    ck_assert(h_is_free(b, "p"));
+    assert_clean_log(d2);
+}
+END_TEST
+
+/* A resume whose ADOPT goes unanswered while the session expires on the daemon that had it:
+ * that daemon's release of the hold is refused (the hold is the resumer's in Redis), then the
+ * resumer hands the hold back to it -- to a daemon that no longer has the session. Nobody
+ * releases it: the name stays taken for the rest of the adopted lease, though the session
+ * expired and its client was told LOST. */
+START_TEST(test_handback_to_expired_session)
+{
+    struct proxy px = proxy_start(R->port);
+    struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "1500ms"));
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=2s"), *b = H_CLIENT(D, "name=bob ttl=60s");
+    struct h_conn *n = H_CONNECT(d2->port);
+    const char *r;
+    int64_t t0;
+
+    H_LOCK_NEW(a, "e");
+    drop_conn(a);
+    h_sleep_ms(1000);
+    px.ctl->armed = 1;
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert(wait_flag(&px.ctl->holding, 1, 5000));
+    r = h_reply(n, 8000); /* the ADOPT is not answered: handed back, then ERR BACKEND */
+    fprintf(stderr, "the resume: %s\n", r ? r : "(none)");
+    px.ctl->release = 1;
+    h_sleep_ms(500);
+    t0 = h_now_ms();
+    h_send(b, "LOCK e wait=40s");
+    while ((r = h_reply(b, 5000)) == NULL && h_now_ms() - t0 < 45000) {
+        char *h = h_holds_at(R->port, "e"), *x = h_redis_cmd(R->port, "ZRANGE", "dlock:{e}:x", "0", "-1", "WITHSCORES", NULL),
+             *t = h_redis_cmd(R->port, "TIME", NULL);
+        fprintf(stderr, "+%lld ms: holds of e: '%s' x: '%s' time: '%s'\n", (long long)(h_now_ms() - t0), h, x ? x : "",
+                t ? t : "");
+        free(h);
+        free(x);
+        free(t);
+    }
+    fprintf(stderr, "e granted after %lld ms: %s\n", (long long)(h_now_ms() - t0), r ? r : "(none)");
+    proxy_stop(&px);
+    ck_assert_msg(r && h_now_ms() - t0 < 3000, "e stayed taken %lld ms after its session expired",
+                  (long long)(h_now_ms() - t0));
+}
+END_TEST
+
+/* One case per test, so that CK_RUN_CASE=name runs one of them. */
+static void add(Suite *s, const char *name, const TTest *t)
+{
+    TCase *tc = tcase_create(name);
+
+    tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
+    tcase_set_timeout(tc, 90);
+    _tcase_add_test(tc, t, 0, 0, 0, 1);
+    suite_add_tcase(s, tc);
+}
+
+static Suite *attack_suite(void)
+{
+    Suite *s = suite_create("i21-attack");
+
+    add(s, "two_takeovers_interleaved", test_two_takeovers_interleaved);
+    add(s, "kill_and_resume_interleaved", test_kill_and_resume_interleaved);
+    add(s, "sigterm_during_handback", test_sigterm_during_handback);
+    add(s, "sigterm_during_adopt", test_sigterm_during_adopt);
+    add(s, "pipeline_behind_resume", test_pipeline_behind_resume);
+    add(s, "handback_to_expired_session", test_handback_to_expired_session);
+    return s;
+}
+
+int main(void)
+{
+    return h_run_suite(attack_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
