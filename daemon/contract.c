@@ -137,15 +137,16 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
     add(a, check ? "check" : "");
 }
 
-/* adopt.lua: lease, the hids space-separated, the wids ("-" for none) space-separated, to. */
+/* adopt.lua: lease, the hids space-separated, the wids ("-" for none) space-separated, to, from. */
 void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids,
-                         const char *to)
+                         const char *to, const char *from)
 {
     a->n = 0;
     add_num(a, lease);
     add(a, hids);
     add(a, wids);
     add(a, to);
+    add(a, from);
 }
 
 /* reassert.lua: hid, token, count, ttl, lease, bounded, client. */

@@ -103,11 +103,12 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
 /*
  * Fills a with the ARGV of an ADOPT (scripts/adopt.lua): lease ms, the hids
  * of its names, and the waiters the session had queued for them ("-" for
- * none), both space-separated, and to: "" to make the holds this daemon's,
- * else the daemon to hand back those that are this daemon's.
+ * none), both space-separated, to: "" to make the holds this daemon's,
+ * else the daemon to hand back those that are this daemon's, and from: the
+ * daemon the session's record named (a hold another one has fails it all).
  */
 void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids,
-                         const char *to);
+                         const char *to, const char *from);
 /*
  * Fills a with the ARGV of a REASSERT (scripts/reassert.lua): the hold hid
  * with its token and count, its Redis lease from now and the lease recorded

@@ -140,6 +140,31 @@ static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dl
     return -1;
 }
 
+/*
+ * "H name hid token": a takeover that did not complete gave this daemon's
+ * hold back. When the session went from here meanwhile (it ended, say,
+ * its release refused while the hold was the other daemon's), nobody has
+ * it: released. Anyone may publish, but Redis releases only a hold that
+ * names this daemon, with that token.
+ */
+static void handed_back(struct dlockd *d, const char *msg)
+{
+    char buf[PROTO_NAME_MAX + HID_MAX + TOKEN_MAX + 8], sid[DLOCKD_ID_LEN + 1], *name, *hid, *token, *save;
+
+    if (strlen(msg) >= sizeof(buf))
+        return;
+    memcpy(buf, msg, strlen(msg) + 1);
+    if (strtok_r(buf, " ", &save) == NULL || (name = strtok_r(NULL, " ", &save)) == NULL ||
+        (hid = strtok_r(NULL, " ", &save)) == NULL || (token = strtok_r(NULL, " ", &save)) == NULL ||
+        strlen(hid) < 2 + DLOCKD_ID_LEN || strlen(name) > PROTO_NAME_MAX)
+        return;
+    snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
+    if (session_find(d, sid) == NULL) {
+        log_info("s%s: hold of %s handed back after the session ended here: released", sid, name);
+        hold_release(d, name, hid, token, 1, 0, 0);
+    }
+}
+
 static void on_message(struct dlockd *d, int latch, const char *msg)
 {
     char sid[DLOCKD_ID_LEN + 1];
@@ -152,6 +177,8 @@ static void on_message(struct dlockd *d, int latch, const char *msg)
             check_moved(d, sid, NULL, NULL);
     } else if (msg[0] == 'F') {
         oper_on_message(d, msg);
+    } else if (msg[0] == 'H') {
+        handed_back(d, msg);
     } else {
         wait_on_message(d, msg);
     }

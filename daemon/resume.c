@@ -192,7 +192,8 @@ static int adopt_send(struct resume *rs, struct adopt *a, const char *to, contra
     char *hids = joined(a->hids, a->n), *wids = joined(a->wids, a->n);
     int rc;
 
-    contract_adopt_args(&args, rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease, hids, wids, to);
+    contract_adopt_args(&args, rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease, hids, wids, to,
+                        rs->from);
     rs->pending++;
     if ((rc = hold_script(rs->d, OP_ADOPT, a->n, (const char *const *)a->names, &args, cb, NULL, a)) != 0)
         rs->pending--;
@@ -208,13 +209,17 @@ static int adopt_send(struct resume *rs, struct adopt *a, const char *to, contra
  */
 static void hand_back(struct resume *rs)
 {
+    int unsent = 0;
+
     for (struct adopt *a = rs->adopts; a; a = a->next)
-        if ((a->state == ADOPT_OK || a->state == ADOPT_UNKNOWN) && adopt_send(rs, a, rs->from, on_handed_back))
+        if ((a->state == ADOPT_OK || a->state == ADOPT_UNKNOWN) && adopt_send(rs, a, rs->from, on_handed_back)) {
             a->state = ADOPT_UNKNOWN;
+            unsent = 1;
+        }
     if (rs->pending > 0)
         return;
-    if (now_ms() >= rs->give_up)
-        handed_back(rs);
+    if (!unsent || now_ms() >= rs->give_up)
+        handed_back(rs); /* nothing was taken, or it lapses by itself */
     else
         deadline_arm(rs->d->deadlines, &rs->retry, now_ms() + HANDBACK_RETRY_MS);
 }

@@ -5,14 +5,18 @@
 -- space-separated string, then the waiters the session had queued for them
 -- ("-" for none), likewise, then to: "" to adopt, else the daemon to hand
 -- back the holds this daemon adopted (a resume that did not complete: the
--- holds go back as they were, their leases untouched, and no waiter).
+-- holds go back as they were, their leases untouched, and no waiter; that
+-- daemon hears "H name hid token" for each, and releases those of a session
+-- it no longer has), then from: the daemon the session's record named. A
+-- live hold of the session that a third daemon has means another takeover
+-- got there first: nothing is taken, and the reply is BUSY daemon 0.
 -- A waiter of another daemon still queued is taken out (its request went
 -- with its connection) before anything is adopted.
 -- Reply fields: OK, then for each name: token count left, where token is ""
 -- when the hold is gone (or, handing back, was not this daemon's), and left
 -- is the ms to the end of a lease= (-1 for a hold renewed for as long as its
 -- session lives).
-local lease, hids, wids, to = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2]), ARGV[A + 3]
+local lease, hids, wids, to, from = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2]), ARGV[A + 3], ARGV[A + 4]
 local out = {}
 if to ~= '' then
     for i, s in ipairs(S) do
@@ -21,6 +25,7 @@ if to ~= '' then
         if h and h.daemon == DAEMON then
             h.daemon = to
             redis.call('HSET', s.h, hids[i], hold_encode(h))
+            redis.call('PUBLISH', PREFIX .. to, table.concat({ 'H', s.name, hids[i], h.token }, ' '))
             for _, f in ipairs({ h.token, h.count, -1 }) do
                 table.insert(out, f)
             end
@@ -31,6 +36,13 @@ if to ~= '' then
         end
     end
     return reply('OK', unpack(out))
+end
+for i, s in ipairs(S) do
+    local v = redis.call('HGET', s.h, hids[i])
+    local daemon = v and hold_decode(v).daemon
+    if daemon and daemon ~= '-' and daemon ~= from and daemon ~= DAEMON then
+        return reply('BUSY', daemon, 0)
+    end
 end
 for i, s in ipairs(S) do
     local wid = wids[i]
