@@ -202,7 +202,8 @@ START_TEST(test_fd_reserve_for_redis)
     int ap, refused = 0;
     long long used;
     const char *r;
-    struct h_dlockd *d = admin_daemon(&ap, NULL);
+    /* the restart closes the failover gate (/healthz 503 meanwhile): a short one */
+    struct h_dlockd *d = admin_daemon(&ap, H_ARGS("--failover-delay", "1s"));
 
     c = H_CLIENT(d, "");
     set_nofile(d->pid, NOFILE, NOFILE);
