@@ -1,4 +1,5 @@
 /* contract.c - the one place where C meets the Lua scripts' keys, argument orders and replies. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,7 @@ void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, cons
 
 static void add(struct contract_args *a, const char *s)
 {
+    assert(a->n < CONTRACT_ARGS_MAX);
     a->v[a->n++] = s;
 }
 

@@ -18,7 +18,7 @@ struct dlockd;
 #define CONTRACT_RENEW_KEYS 5           /* letters in CONTRACT_RENEW_SUFFIXES */
 #define CONTRACT_KEY_MAX (PROTO_NAME_MAX + 64)   /* a key with its NUL */
 #define CONTRACT_LIST_MAX (PROTO_MAX_NAMES * 24) /* a comma-separated list of one number per name */
-#define CONTRACT_ARGS_MAX 11                     /* ARGV of one operation, at most */
+#define CONTRACT_ARGS_MAX 12                     /* ARGV of one operation, at most (acquire.lua's) */
 
 /*
  * Formats the Redis key of name with suffix (a letter of CONTRACT_SUFFIXES)

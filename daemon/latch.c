@@ -617,7 +617,8 @@ void latch_list(struct dlockd *d, const char *pattern, long long limit, latch_li
     *ls = (struct listing){ .d = d, .pattern = pattern, .done = done, .arg = arg, .limit = limit };
     dict_each(d->latches, add_shown, ls);
     ls->pattern = NULL;
-    qsort(ls->v, (size_t)ls->n, sizeof(*ls->v), by_shown_name);
+    if (ls->n > 0)
+        qsort(ls->v, (size_t)ls->n, sizeof(*ls->v), by_shown_name);
     contract_latch_args(&args, "read", 0, 0);
     ls->pending = 1;
     for (long long i = 0; i < ls->n && i < limit; i++) {

@@ -180,6 +180,7 @@ START_TEST(test_lost_told_on_other_daemon)
     struct h_dlockd *d1 = h_dlockd_start(R->port, args), *d2 = h_dlockd_start(R->port, args);
     struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *op = H_CLIENT(d1, "name=op"), *n;
     long long t = H_LOCK_NEW(a, "f1");
+    struct h_conn was = *a; /* its session and secret */
     char pat[100];
 
     H_REQ(op, "OK", "AUTH op-secret");
@@ -187,8 +188,8 @@ START_TEST(test_lost_told_on_other_daemon)
     h_sleep_ms(200);
     H_REQ(op, "OK count=1", "FORCE f1");
     n = H_CONNECT(d2->port);
-    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
-    expect_resumed(n, a);
+    h_send(n, "HELLO session=%s secret=%s", was.session, was.secret);
+    expect_resumed(n, &was);
     snprintf(pat, sizeof pat, "* LOST f1 token=%lld reason=%%w", t);
     H_EVENT(n, pat, 3000);
     H_REQ(n, "ERR NOTHELD%*", "UNLOCK f1");
