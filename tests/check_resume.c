@@ -63,7 +63,9 @@ START_TEST(test_quit_behind_resume)
     expect_resumed(n, a);
     r = h_reply_tag(n, "q", 5000);
     ck_assert_msg(r && strcmp(r, "#q OK") == 0, "the pipelined QUIT: %s", r ? r : "(no answer)");
-    H_LOCK_NEW(b, "y");
+    /* released at once (through another daemon nothing orders it before this LOCK: it may wait
+     * a moment), not at the end of the session's 30 s */
+    H_REQ(b, "OK token=%d count=1", "LOCK y wait=5s");
     again = H_CONNECT(D->port);
     H_REQ(again, "ERR NOSESSION%*", "HELLO session=%s secret=%s", a->session, a->secret);
 }
