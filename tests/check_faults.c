@@ -94,7 +94,8 @@ START_TEST(test_kill9_daemon_lease)
 }
 END_TEST
 
-static const char *const LEASE_3S[] = { "--lock-lease", "3s", "--failover-delay", "3s", NULL };
+/* gate-wait past the gate: a request sent behind it waits for it to open (under ASan too) */
+static const char *const LEASE_3S[] = { "--lock-lease", "3s", "--failover-delay", "3s", "--gate-wait", "15s", NULL };
 
 /* A Redis restarted empty lacks every hold: dlockd writes them back with their tokens (the
  * holders hear JEOPARDY and SAFE, no LOST), and grants nothing new for failover-delay (3 s

@@ -18,7 +18,15 @@
 #define GATE_EACH 2000  /* requests each */
 #define GATE_CAP 5000   /* max-requests of that daemon */
 #define FLOOD_CONNS 24  /* connections flooding STATUS */
+#ifdef __SANITIZE_ADDRESS__
+/* ASan keeps freed memory in quarantine (RSS says nothing of the cap) and runs several times
+ * slower: the bounds are checked by the plain build, the rest at a pace ASan keeps up with. */
+#define RSS_CHECKED 0
+#define FLOOD_BURST 1000
+#else
+#define RSS_CHECKED 1
 #define FLOOD_BURST 8000 /* STATUS each sends at once, then reads */
+#endif
 
 /* VmRSS of pid in kB; -1 when unknown. */
 static long rss_kb(pid_t pid)
@@ -120,7 +128,7 @@ START_TEST(test_gate_cap_and_wait)
     ck_assert_msg(gated >= GATE_CAP && gated <= 2 * GATE_CAP, "%d ERR BACKEND", gated);
     ck_assert_msg(first >= 3500 && last < 9000, "ERR BACKEND after %lld..%lldms, gate-wait 4s", (long long)first,
                   (long long)last);
-    ck_assert_msg(rss - rss0 < 64 * 1024, "RSS grew by %ld kB", rss - rss0);
+    ck_assert_msg(!RSS_CHECKED || rss - rss0 < 64 * 1024, "RSS grew by %ld kB", rss - rss0);
     ck_assert_msg(strstr(H_REQ(by, "OK {%*}", "INFO"), "\"gated_until\":\"20"), "the gate opened early");
 }
 END_TEST
