@@ -1,4 +1,5 @@
-/* log.c - leveled logging to stderr, one line per event. */
+/* log.c - leveled logging to stderr, one line per event; once the event loop
+ * runs, the lines of one turn of it go out in one write, at its end. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,11 +9,38 @@
 #include <syslog.h>
 #include <time.h>
 
+#include <event2/event.h>
+
 #include "log.h"
 
 static enum log_level min_level = LEVEL_INFO;
 static int to_syslog;
 static const char *const level_names[] = { "debug", "info", "notice", "warn", "error" };
+static struct event *flush_ev; /* writes the lines of this turn at its end; NULL: each at once */
+static char outbuf[1 << 16];
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    fflush(stderr);
+}
+
+void log_buffer(struct event_base *base)
+{
+    fflush(stderr);
+    if (flush_ev)
+        event_free(flush_ev);
+    flush_ev = NULL;
+    if (base == NULL) {
+        setvbuf(stderr, NULL, _IONBF, 0);
+        return;
+    }
+    if ((flush_ev = event_new(base, -1, 0, on_flush, NULL)) == NULL)
+        fatalx("log: out of memory");
+    setvbuf(stderr, outbuf, _IOFBF, sizeof(outbuf));
+}
 
 void log_set_level(enum log_level level)
 {
@@ -70,6 +98,10 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
     if (errnum)
         fprintf(stderr, ": %s", strerror(errnum));
     fputc('\n', stderr);
+    if (flush_ev && !event_pending(flush_ev, EV_TIMEOUT, NULL))
+        event_active(flush_ev, EV_TIMEOUT, 0);
+    else if (level >= LEVEL_ERROR)
+        fflush(stderr);
 }
 
 #define LOG_BODY(level, errnum)         \

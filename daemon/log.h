@@ -9,7 +9,15 @@ enum log_level { LEVEL_DEBUG, LEVEL_INFO, LEVEL_NOTICE, LEVEL_WARN, LEVEL_ERROR 
 
 #define LOG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
+struct event_base;
+
 void log_set_level(enum log_level level);
+/*
+ * With base, stderr is buffered and the lines of one turn of base's loop
+ * are written at its end, in one write; with NULL (before base is freed),
+ * what is buffered is written and each line goes out at once again.
+ */
+void log_buffer(struct event_base *base);
 /* 1: log to syslog (daemon facility) instead of stderr. */
 void log_set_syslog(int on);
 /* Parses debug, info, notice, warn or error. Returns 0 and sets *level, or -1. */

@@ -185,7 +185,9 @@ int main(int argc, char **argv)
     evsignal_add(sigterm, NULL);
     evsignal_add(sighup, NULL);
     log_info("dlockd %s started, id %s", PACKAGE_VERSION, d.id);
+    log_buffer(d.base);
     event_base_dispatch(d.base);
+    log_buffer(NULL);
     event_free(sigint);
     event_free(sigterm);
     event_free(sighup);
