@@ -18,6 +18,12 @@
 -- session lives).
 local lease, hids, wids, to, from = tonumber(ARGV[A]), words(ARGV[A + 1]), words(ARGV[A + 2]), ARGV[A + 3], ARGV[A + 4]
 local out = {}
+-- One name's reply fields: token count left (token "" when there is no hold).
+local function answer(token, count, left)
+    table.insert(out, token)
+    table.insert(out, count)
+    table.insert(out, left)
+end
 if to ~= '' then
     for i, s in ipairs(S) do
         local v = redis.call('HGET', s.h, hids[i])
@@ -26,13 +32,9 @@ if to ~= '' then
             h.daemon = to
             redis.call('HSET', s.h, hids[i], hold_encode(h))
             redis.call('PUBLISH', PREFIX .. to, table.concat({ 'H', s.name, hids[i], h.token }, ' '))
-            for _, f in ipairs({ h.token, h.count, -1 }) do
-                table.insert(out, f)
-            end
+            answer(h.token, h.count, -1)
         else
-            for _, f in ipairs({ '', 0, -1 }) do
-                table.insert(out, f)
-            end
+            answer('', 0, -1)
         end
     end
     return reply('OK', unpack(out))
@@ -76,13 +78,9 @@ for i, s in ipairs(S) do
         elseif ends < NOW + lease then
             redis.call('ZADD', s.x, at(NOW + lease), hid)
         end
-        for _, f in ipairs({ h.token, h.count, num(left) }) do
-            table.insert(out, f)
-        end
+        answer(h.token, h.count, num(left))
     else
-        for _, f in ipairs({ '', 0, -1 }) do
-            table.insert(out, f)
-        end
+        answer('', 0, -1)
     end
 end
 return reply('OK', unpack(out))
