@@ -175,7 +175,7 @@ static void hello_gone(struct req *r)
     req_drop(r);
 }
 
-static void on_record_written(struct dlockd *d, void *arg)
+static void on_record_written(struct dlockd *d, int result, void *arg)
 {
     struct hello_wait *hw = arg;
     struct req *r = hw->r;
@@ -183,8 +183,10 @@ static void on_record_written(struct dlockd *d, void *arg)
 
     if (r) {
         r->gone = NULL;
-        if (s)
+        if (s && result != RECORD_REFUSED)
             hello_answer(r, s, hw->secret, hw->resumed);
+        else if (s)
+            req_err(r, PROTO_ENOSESSION, "the session is another daemon's now");
         else
             req_err(r, PROTO_ENOSESSION, "session ended");
     }
@@ -195,9 +197,10 @@ static void on_record_written(struct dlockd *d, void *arg)
 /*
  * Answers a HELLO once s's record in Redis says this daemon has it (the
  * client may resume it on another daemon as soon as it reads the OK), or
- * at once when it cannot be written now (the renewal writes it later).
+ * at once when it cannot be written now (the renewal writes it later) or
+ * was written already (written: a takeover, resume.c).
  */
-static void hello_reply(struct req *r, struct session *s, const char *secret, int resumed)
+static void hello_reply(struct req *r, struct session *s, const char *secret, int resumed, int written)
 {
     struct conn *c = r->c;
     struct hello_wait *hw;
@@ -217,7 +220,7 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     memcpy(hw->sid, s->id, sizeof(hw->sid));
     snprintf(hw->secret, sizeof(hw->secret), "%s", secret);
     /* Its record says which daemon has it now: one that had it before lets go. */
-    if (record_put(s, on_record_written, hw) == 0) {
+    if (!written && record_put(s, NULL, on_record_written, hw) == 0) {
         r->gone = hello_gone;
         r->ctx = hw;
         return;
@@ -240,9 +243,10 @@ static void hello_attach(struct req *r, struct session *s)
     conn_attach(c, s);
 }
 
+/* Taken over from another daemon: its record names this one already. */
 static void hello_resumed(struct req *r, struct session *s)
 {
-    hello_reply(r, s, r->pr.secret, 1);
+    hello_reply(r, s, r->pr.secret, 1, 1);
 }
 
 /* A session whose holds could not all be adopted: they went back where they were. */
@@ -266,7 +270,7 @@ static void hello_local(struct req *r)
         return;
     }
     hello_attach(r, s);
-    hello_resumed(r, s);
+    hello_reply(r, s, r->pr.secret, 1, 0);
 }
 
 static const struct resume_answers resume_answers = {
@@ -302,7 +306,7 @@ static void cmd_hello(struct req *r)
         return;
     }
     session_new_secret(r->c->session, secret);
-    hello_reply(r, r->c->session, secret, 0);
+    hello_reply(r, r->c->session, secret, 0, 0);
 }
 
 static void cmd_ping(struct req *r)

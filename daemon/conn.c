@@ -179,10 +179,27 @@ static void quit_now(struct conn *c)
     struct session *s = c->session;
 
     c->quit = NULL;
+    if (s && s->has_secret) {
+        c->d->hooks->session_quit(s, r); /* answered once its record shows where it was */
+        return;
+    }
     if (s)
         session_end(s, SESSION_QUIT);
-    req_reply(r, "OK", NULL);
-    conn_close_soon(c, "quit");
+    conn_quit_answer(r, 0);
+}
+
+void conn_quit_answer(struct req *r, int moved)
+{
+    struct conn *c = r->c;
+
+    if (moved && c)
+        conn_event(c, "BYE reason=moved");
+    if (moved)
+        req_drop(r);
+    else
+        req_reply(r, "OK", NULL);
+    if (c)
+        conn_close_soon(c, moved ? "session moved" : "quit");
 }
 
 /*

@@ -170,6 +170,9 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
+/* Answers the QUIT r once its session ended here: OK, or (moved: another daemon
+ * had taken the session over, which goes on there) BYE reason=moved; closes. */
+void conn_quit_answer(struct req *r, int moved);
 /*
  * Attaches s to c, detaching the session c had. A connection s had before
  * is told * BYE reason=moved and closed (its waits are cancelled).

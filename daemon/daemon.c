@@ -39,6 +39,58 @@ static void session_ending(struct session *s, int expired)
     record_delete(s);
 }
 
+/* A QUIT waiting to learn whether its session was still this daemon's when it ended. */
+struct quitting {
+    struct req *r;
+};
+
+static void quit_gone(struct req *r)
+{
+    struct quitting *q = r->ctx;
+
+    /* After EOF what was sent is still answered: only a closing connection drops it. */
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
+        return;
+    q->r = NULL;
+    req_drop(r);
+}
+
+static void on_quit_read(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
+{
+    struct quitting *q = arg;
+
+    if (q->r) {
+        q->r->gone = NULL;
+        conn_quit_answer(q->r, answered && rec && strcmp(rec->daemon, d->id) != 0);
+    }
+    free(q);
+}
+
+/*
+ * Ends s for its QUIT r, then reads its record (after the delete, on the
+ * same link): when another daemon had taken the session over, the delete
+ * changed nothing and the session goes on there, so r is not answered OK.
+ */
+static void session_quit(struct session *s, struct req *r)
+{
+    struct dlockd *d = s->d;
+    char sid[DLOCKD_ID_LEN + 1];
+    struct quitting *q = malloc(sizeof(*q));
+
+    if (q == NULL)
+        fatalx("daemon: out of memory");
+    memcpy(sid, s->id, sizeof(sid));
+    session_end(s, SESSION_QUIT);
+    q->r = r;
+    if (record_fetch(d, sid, on_quit_read, q)) {
+        free(q);
+        conn_quit_answer(r, 0);
+        return;
+    }
+    r->gone = quit_gone;
+    r->ctx = q;
+}
+
 static void session_forget(struct session *s)
 {
     struct hold *h;
@@ -188,6 +240,7 @@ static const struct hooks hooks = {
     .session_ending = session_ending,
     .session_forget = session_forget,
     .session_left = conn_session_ended,
+    .session_quit = session_quit,
     .dispatch = cmd_dispatch,
     .run = cmd_run,
     .answered = reqid_answered,

@@ -15,6 +15,7 @@ struct hooks {
     void (*session_ending)(struct session *s, int expired); /* drop its repeats and waits, release its holds */
     void (*session_forget)(struct session *s);              /* the same, here only, Redis untold (shutdown) */
     void (*session_left)(struct conn *c, int expired);      /* c's session ended under it */
+    void (*session_quit)(struct session *s, struct req *r); /* end s for its QUIT r; conn_quit_answer r */
     void (*dispatch)(struct req *r);                        /* a request line arrived: check and run it */
     void (*run)(struct req *r);                             /* run a request checked before */
     void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */

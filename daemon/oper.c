@@ -10,7 +10,6 @@
 #include "hooks.h"
 #include "log.h"
 #include "oper.h"
-#include "record.h"
 #include "redis.h"
 #include "resume.h"
 #include "session.h"
@@ -121,33 +120,21 @@ static void kill_local(struct req *r)
 {
     struct session *s = session_find(r->d, r->pr.names[0]);
 
-    if (s == NULL)
+    if (resume_taking(r->pr.names[0]))
+        req_err(r, PROTO_EBACKEND, "the session is being resumed here; nothing changed, try again");
+    else if (s == NULL)
         req_err(r, PROTO_ENOSESSION, "no live session with that id");
     else
         kill_here(r, s);
 }
 
-/* Its record names this daemon now, and the daemon that had it let go (record.c): ended here. */
-static void kill_taken(struct dlockd *d, void *arg)
-{
-    struct session *s = session_find(d, arg);
-
-    if (s)
-        kill_session(s);
-    free(arg);
-}
-
+/* Its record names this daemon now, with the KILL in it: the daemon that had it ends its copy,
+ * and a grant it made meanwhile (resume.c claims it so). */
 static void kill_resumed(struct req *r, struct session *s)
 {
-    char *sid = strdup(s->id);
-
-    if (sid == NULL)
-        fatalx("oper: out of memory");
     log_info("audit: admin KILL session=%s client=%s holds=%d by %s", s->id, s->name, s->nholds, who(r));
     req_reply(r, "OK", NULL);
-    s->killed = 1; /* the daemon that had it ends its copy, and a grant it made meanwhile */
-    if (record_put(s, kill_taken, sid))
-        kill_taken(r->d, sid);
+    kill_session(s);
 }
 
 static void kill_failed(struct req *r)
@@ -169,7 +156,7 @@ static void kill_attach(struct req *r, struct session *s)
 /* A session another daemon has, or had before it died, is taken over as a resume would take
  * it (without its secret), then ended here. */
 static const struct resume_answers kill_answers = {
-    .trusted = 1,
+    .kill = 1,
     .attach = kill_attach,
     .resumed = kill_resumed,
     .failed = kill_failed,

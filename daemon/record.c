@@ -51,7 +51,8 @@ static long long expiry_ms(const struct session *s)
 /* A put in flight: the session it is for, and who waits for it. */
 struct put {
     char sid[DLOCKD_ID_LEN + 1];
-    void (*done)(struct dlockd *d, void *arg);
+    int takeover;
+    record_put_cb *done;
     void *arg;
 };
 
@@ -59,11 +60,16 @@ static void on_put(struct dlockd *d, redisReply *rep, void *arg)
 {
     struct put *p = arg;
     struct session *s = session_find(d, p->sid);
+    int result = rep == NULL || rep->type == REDIS_REPLY_ERROR ? RECORD_UNKNOWN
+                 : rep->type == REDIS_REPLY_INTEGER        ? RECORD_REFUSED
+                                                           : RECORD_WRITTEN;
 
-    if (s && (rep == NULL || rep->type == REDIS_REPLY_ERROR))
+    if (s && result == RECORD_UNKNOWN && !p->takeover)
         s->record_dirty = 1; /* the next renewal writes it whole */
+    else if (s && result == RECORD_REFUSED && !p->takeover)
+        d->hooks->check_moved(d, p->sid, NULL, NULL); /* another daemon has it, or ended it */
     if (p->done)
-        p->done(d, p->arg);
+        p->done(d, result, p->arg);
     free(p);
 }
 
@@ -104,11 +110,12 @@ static void put_entry(const char *hid, const char *name, const char *token, void
     putv_add(arg, token);
 }
 
-int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), void *arg)
+int record_put(struct session *s, const char *from, record_put_cb *done, void *arg)
 {
     struct dlockd *d = s->d;
     char key[CONTRACT_KEY_MAX], ms[24], ttl[24], hash[2 * SESSION_HASH_LEN + 1];
-    const char *head[] = { "put", d->cfg.key_prefix, s->id, ms, CONTRACT_REC_DAEMON, d->id, CONTRACT_REC_CLIENT,
+    const char *head[] = { "put", d->cfg.key_prefix, s->id, ms, from ? from : "", CONTRACT_REC_DAEMON, d->id,
+                           CONTRACT_REC_CLIENT,
                            s->name, CONTRACT_REC_TTL, ttl, CONTRACT_REC_HASH, hash, CONTRACT_REC_PEER,
                            s->conn ? s->conn->peer : "" };
     struct putv v = { 0 };
@@ -136,6 +143,7 @@ int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), voi
     if ((p = calloc(1, sizeof(*p))) == NULL)
         fatalx("record: out of memory");
     memcpy(p->sid, s->id, sizeof(p->sid));
+    p->takeover = from != NULL;
     p->done = done;
     p->arg = arg;
     s->record_dirty = 0;
@@ -345,7 +353,7 @@ static void on_touched(struct dlockd *d, redisReply *rep, void *arg)
         long long at = redis_elem_int(rep, i) - 1;
         struct session *s = at >= 0 && at < t->n ? session_find(d, t->e[at].sid) : NULL;
         if (s)
-            record_put(s, NULL, NULL);
+            record_put(s, NULL, NULL, NULL);
     }
     free(t);
 }
@@ -380,7 +388,7 @@ static int touch_one(const char *key, void *val, void *arg)
     if (!s->has_secret)
         return 0;
     if (s->record_dirty) {
-        record_put(s, NULL, NULL);
+        record_put(s, NULL, NULL, NULL);
         return 0;
     }
     session_key(t->e[t->n].key, sizeof(t->e[t->n].key), s);

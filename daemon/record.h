@@ -10,16 +10,27 @@ struct session;
 /* What record_fetch found: rec is NULL when there is no record, or Redis did not answer (rep NULL). */
 typedef void record_cb(struct dlockd *d, const struct contract_record *rec, int answered, void *arg);
 
+/* What became of a record_put. */
+enum record_put_result {
+    RECORD_WRITTEN, /* the record is this daemon's */
+    RECORD_REFUSED, /* another daemon has it, or ended it: nothing written */
+    RECORD_UNKNOWN, /* Redis did not answer */
+};
+typedef void record_put_cb(struct dlockd *d, int result, void *arg);
+
 /*
  * Writes s's record whole (daemon, client name, ttl, hash of its secret,
  * peer, and the index of its holds and waits) and makes it this daemon's: a
  * daemon that had it before is told to let go. For a session with a secret
- * only; when Redis does not take it, the next renewal writes it again.
- * done (may be NULL) is called with arg once Redis answered or gave up;
- * returns 0 then, or -1 when nothing was sent (no secret, no link): done
- * is not called.
+ * only. With from NULL, only a record there is none of or this daemon's is
+ * written (a refusal means another daemon has the session: it goes from
+ * here); when Redis does not answer, the next renewal writes it again. With
+ * from, a takeover: only a live record that names from (or this daemon
+ * already) is. done (may be NULL) is called with arg and the result once
+ * Redis answered or gave up; returns 0 then, or -1 when nothing was sent
+ * (no secret, no link): done is not called.
  */
-int record_put(struct session *s, void (*done)(struct dlockd *d, void *arg), void *arg);
+int record_put(struct session *s, const char *from, record_put_cb *done, void *arg);
 /* Reads the record of session sid; cb is called once, never before this returns. Returns 0, or -1 (no link). */
 int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg);
 /*

@@ -1,11 +1,13 @@
 /* resume.c - HELLO session= for a session this daemon does not have: its
  * record is read from Redis, the secret checked against it, and the holds it
  * lists that are still alive are made this daemon's (ADOPT). Only when every
- * one is does the session come to life here, attached to the resuming
- * connection; a takeover that did not complete (no answer, the client gone)
- * is handed back to the daemon the record names before anything is
- * answered, so the session's holds always have one daemon. The daemon that
- * had the session lets go when it hears of the claim (record_put). */
+ * one is, and the record still names the daemon it was read from, is the
+ * record made this daemon's (the claim) and the session attached to the
+ * resuming connection; a takeover that did not complete (no answer, the
+ * client gone, a QUIT or a newer takeover there) is handed back to the
+ * daemon the record names before anything is answered, so the session's
+ * holds always have one daemon. The daemon that had the session lets go
+ * when it hears of the claim (record_put). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +58,21 @@ struct resume {
     char hash[2 * SESSION_HASH_LEN + 1];
     struct adopt *adopts;
     int pending;                     /* calls not answered */
+    int claiming;                    /* adopted: its record is being made this daemon's */
+    int ended;                       /* the session ended (or went on) elsewhere meanwhile */
     uint64_t give_up;                /* monotonic ms after which a hand-back is not tried again */
     struct deadline retry;           /* the next try of a hand-back */
 };
 
 /* Sessions being taken over here: sid -> struct resume. */
 static struct dict *taking;
+
+#define TAKING_TEXT "the session is being resumed on another connection here; nothing changed, resume again"
+
+int resume_taking(const char *sid)
+{
+    return taking && dict_get(taking, sid);
+}
 
 static void resume_gone(struct req *r)
 {
@@ -109,24 +120,28 @@ static void resume_free(struct resume *rs)
     free_one(rs->sid, rs, NULL);
 }
 
-/* Every call adopted its holds and the client still waits: the session lives here now. */
+/* The session's record names this daemon: it lives here now, attached to the
+ * resuming connection when that still waits (else it waits for a resume, as
+ * after any close). */
 static void commit(struct resume *rs, struct session *s)
 {
     struct req *r = take(rs);
 
     for (struct adopt *a = rs->adopts; a; a = a->next)
         for (int i = 0; i < a->n; i++) {
-            if (a->got[i]) {
-                hold_set(s, a->names[i], a->hids[i], a->got[i], a->counts[i], a->lefts[i] > 0 ? a->lefts[i] : 0);
+            if (a->got[i])
                 continue;
-            }
             /* Gone while the session was away: told after the HELLO's OK. */
             if (a->tokens[i])
                 conn_session_missed(s, "LOST %s token=%llu reason=backend", a->names[i], a->tokens[i]);
             record_index(s, a->hids[i], a->names[i], 0);
         }
-    rs->ans->attach(r, s);
-    rs->ans->resumed(r, s);
+    if (r && r->c && r->c->state != CONN_CLOSING) {
+        rs->ans->attach(r, s);
+        rs->ans->resumed(r, s);
+    } else if (r) {
+        req_drop(r);
+    }
     resume_free(rs);
 }
 
@@ -135,7 +150,9 @@ static void handed_back(struct resume *rs)
 {
     struct req *r = take(rs);
 
-    if (r)
+    if (r && rs->ended)
+        rs->ans->refused(r);
+    else if (r)
         rs->ans->failed(r);
     resume_free(rs);
 }
@@ -165,9 +182,16 @@ static void on_handed_back(struct dlockd *d, const struct contract_reply *rep, v
     }
 }
 
+static void claim(struct resume *rs);
+
 static void on_retry(struct deadline *dl)
 {
-    hand_back(container_of(dl, struct resume, retry));
+    struct resume *rs = container_of(dl, struct resume, retry);
+
+    if (rs->claiming)
+        claim(rs);
+    else
+        hand_back(rs);
 }
 
 /* The n strings of v, space-separated, in a new string. */
@@ -224,6 +248,55 @@ static void hand_back(struct resume *rs)
         deadline_arm(rs->d->deadlines, &rs->retry, now_ms() + HANDBACK_RETRY_MS);
 }
 
+/* The takeover did not complete: the copy made here goes (Redis untold), and its holds back. */
+static void undo(struct resume *rs, int ended)
+{
+    struct session *s = session_find(rs->d, rs->sid);
+
+    rs->claiming = 0;
+    rs->ended = ended;
+    if (s)
+        session_drop(s);
+    hand_back(rs);
+}
+
+static void on_claimed(struct dlockd *d, int result, void *arg)
+{
+    struct resume *rs = arg;
+    struct session *s = session_find(d, rs->sid);
+
+    if (s == NULL) {
+        rs->claiming = 0; /* it expired here meanwhile, its holds released */
+        rs->ended = 1;
+        handed_back(rs);
+    } else if (result == RECORD_WRITTEN) {
+        commit(rs, s);
+    } else if (result == RECORD_REFUSED) {
+        log_info("s%s: it ended, or went to another daemon, while it was resumed: handed back to daemon %s",
+                 rs->sid, rs->from);
+        undo(rs, 1);
+    } else if (now_ms() < rs->give_up) {
+        deadline_arm(rs->d->deadlines, &rs->retry, now_ms() + HANDBACK_RETRY_MS);
+    } else {
+        log_warnx("s%s: Redis did not take its record: handed back to daemon %s", rs->sid, rs->from);
+        undo(rs, 0);
+    }
+}
+
+/*
+ * Makes the session's record this daemon's, if it still names the daemon
+ * the takeover read it from (the commit point of a resume): a QUIT or a
+ * newer takeover there wins, and this one is undone. Tried again while
+ * Redis does not answer (a claim that ran is found this daemon's).
+ */
+static void claim(struct resume *rs)
+{
+    struct session *s = session_find(rs->d, rs->sid);
+
+    if (s == NULL || record_put(s, rs->from, on_claimed, rs) != 0)
+        on_claimed(rs->d, RECORD_UNKNOWN, rs);
+}
+
 /* Every ADOPT call answered or gave up: the session comes here whole, or goes back whole. */
 static void finish(struct resume *rs)
 {
@@ -233,14 +306,20 @@ static void finish(struct resume *rs)
     for (a = rs->adopts; a; a = a->next)
         if (a->state != ADOPT_OK)
             break;
+    rs->give_up = now_ms() + (uint64_t)(rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease);
     if (a == NULL && rs->r && rs->r->c && rs->r->c->state != CONN_CLOSING &&
         (s = session_resume(rs->d, rs->sid, rs->client, rs->ttl, rs->hash)) != NULL) {
-        commit(rs, s);
+        for (a = rs->adopts; a; a = a->next)
+            for (int i = 0; i < a->n; i++)
+                if (a->got[i])
+                    hold_set(s, a->names[i], a->hids[i], a->got[i], a->counts[i], a->lefts[i] > 0 ? a->lefts[i] : 0);
+        s->killed = rs->ans->kill; /* its old daemon ends its copy too (record field x) */
+        rs->claiming = 1;
+        claim(rs);
         return;
     }
     if (a == NULL)
         log_info("s%s: its client left while it was resumed: handed back to daemon %s", rs->sid, rs->from);
-    rs->give_up = now_ms() + (uint64_t)(rs->ttl > rs->d->cfg.lock_lease ? rs->ttl : rs->d->cfg.lock_lease);
     hand_back(rs);
 }
 
@@ -313,8 +392,6 @@ static const char *cannot_start(struct resume *rs, char *buf, size_t len)
 {
     char until[64];
 
-    if (taking && dict_get(taking, rs->sid))
-        return "the session is being resumed on another connection here; nothing changed, resume again";
     if (!batch_gated(rs->d))
         return NULL;
     snprintf(buf, len, "gated until %s: no takeover behind the failover gate; nothing changed, resume again then",
@@ -331,6 +408,11 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     char buf[160];
 
     if (r == NULL) {
+        resume_free(rs);
+        return;
+    }
+    if (resume_taking(rs->sid)) {
+        req_err(take(rs), PROTO_EBACKEND, "%s", TAKING_TEXT);
         resume_free(rs);
         return;
     }
@@ -354,7 +436,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     if (rec && (strcmp(rec->daemon, d->id) == 0 || rec->hash[0] == '\0' || rec->ttl <= 0))
         rec = NULL; /* or one that ended, of which only its daemon is left */
     if (rec == NULL || strlen(rec->hash) != 2 * SESSION_HASH_LEN ||
-        (!rs->ans->trusted && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash))) {
+        (!rs->ans->kill && !session_secret_matches((r->pr.has & PROTO_O_SECRET) ? r->pr.secret : "", rec->hash))) {
         rs->ans->refused(take(rs));
         resume_free(rs);
         return;

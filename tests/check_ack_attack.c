@@ -108,7 +108,8 @@ START_TEST(test_quit_while_held)
     ck_assert_int_eq(h_send(a, "#1 LOCK q"), 0);
     in_redis("q", 2000);
     ck_assert_int_eq(h_send(a, "QUIT"), 0);
-    H_REPLY(a, "OK", 2000);
+    /* answered once the read of its record, queued behind the LOCK's WAIT, comes back */
+    H_REPLY(a, "OK", 8000);
     H_EOF(a, 2000);
     h_redis_resume(replica);
     ck_assert_msg(h_holds_gone(R->port, "q", 3000), "the grant of q is still in Redis after QUIT");

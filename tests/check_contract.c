@@ -354,6 +354,55 @@ START_TEST(test_renew_gone)
 }
 END_TEST
 
+/* session.lua put by daemon me, taking over from from ("" for none), with the secret's hash
+ * k: the reply, 1 for a string (written), 0 for a refusal. */
+static long long session_put(const char *key, const char *from, const char *me)
+{
+    const char *argv[] = { "EVAL", scripts[SCRIPT_SESSION].body, "1", key, "put", PREFIX, "0123456789abcdef",
+                           "30000", from, CONTRACT_REC_DAEMON, me, CONTRACT_REC_HASH, "aa" };
+    long long v;
+
+    freeReplyObject(last);
+    last = redisCommandArgv(rc, sizeof(argv) / sizeof(argv[0]), argv, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_msg(last->type == REDIS_REPLY_STRING || last->type == REDIS_REPLY_INTEGER, "put: type %d", last->type);
+    v = last->type == REDIS_REPLY_STRING ? 1 : last->integer;
+    return v;
+}
+
+static long long session_del(const char *key, const char *me)
+{
+    const char *argv[] = { "EVAL", scripts[SCRIPT_SESSION].body, "1", key, "del", me, "10000", "" };
+
+    freeReplyObject(last);
+    last = redisCommandArgv(rc, sizeof(argv) / sizeof(argv[0]), argv, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_int_eq(last->type, REDIS_REPLY_INTEGER);
+    return last->integer;
+}
+
+/* A takeover's put writes only a live record of the daemon it read (or its own already: a try
+ * again); a plain put only a new record or its own. Whichever of a takeover and its old
+ * daemon's delete (a QUIT) comes second changes nothing. */
+START_TEST(test_session_claim)
+{
+    const char *key = PREFIX "s:{0123456789abcdef}";
+
+    ck_assert_int_eq(session_put(key, "", "A"), 1); /* new */
+    ck_assert_int_eq(session_put(key, "", "A"), 1); /* its own */
+    ck_assert_int_eq(session_put(key, "", "B"), 0); /* another daemon's */
+    ck_assert_int_eq(session_put(key, "C", "B"), 0); /* not the daemon read */
+    ck_assert_int_eq(session_put(key, "A", "B"), 1); /* the takeover */
+    ck_assert_int_eq(session_put(key, "A", "B"), 1); /* tried again */
+    ck_assert_int_eq(session_del(key, "A"), 0);      /* A's QUIT after it: nothing */
+    ck_assert_int_eq(session_put(key, "B", "C"), 1);
+    ck_assert_int_eq(session_del(key, "C"), 1);      /* C's QUIT before B's takeover back */
+    ck_assert_int_eq(session_put(key, "C", "B"), 0); /* ended: nothing */
+    ck_assert_int_eq(session_put(key, "C", "C"), 0);
+    ck_assert_int_eq(session_put(key, "", "B"), 0);
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
     Suite *s = suite_create("contract");
@@ -367,6 +416,7 @@ static Suite *contract_suite(void)
     tcase_add_test(tc, test_latch);
     tcase_add_test(tc, test_late_batch);
     tcase_add_test(tc, test_renew_gone);
+    tcase_add_test(tc, test_session_claim);
     suite_add_tcase(s, tc);
     return s;
 }

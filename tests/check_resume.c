@@ -87,6 +87,35 @@ START_TEST(test_lock_behind_refused_resume)
 }
 END_TEST
 
+/* A QUIT read by the session's old daemon after a resume elsewhere took the session over ends
+ * nothing: the old connection hears BYE reason=moved, never OK, and the session goes on where
+ * it was resumed, its hold too. Before, the old daemon answered OK having ended only its stale
+ * copy (found by the chaos client's multi-daemon rounds). */
+START_TEST(test_quit_on_old_daemon_after_resume)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *b = H_CLIENT(d2, "name=bob"), *n = H_CONNECT(d2->port);
+    long long t = H_LOCK_NEW(a, "q");
+    const char *r;
+    char pat[100];
+
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0); /* it reads the QUIT only after the takeover */
+    h_send(a, "QUIT");
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    expect_resumed(n, a);
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
+    ck_assert(h_wait_eof(a, 5000));
+    while ((r = h_line(a, 0)) != NULL)
+        ck_assert_msg(strcmp(r, "* BYE reason=moved") == 0, "the old connection heard: %s", r);
+    r = H_REQ(b, "BUSY %*", "LOCK q");
+    ck_assert_msg(h_match(r, "BUSY holder=alice ttl=%d"), "the name after the QUIT: %s", r);
+    snprintf(pat, sizeof pat, "OK token=%lld count=2", t);
+    H_REQ(n, pat, "LOCK q");
+    H_REQ(n, "OK count=0", "UNLOCK q all");
+    H_REQ(n, "OK", "QUIT");
+}
+END_TEST
+
 static const char *const GATE_5S[] = { "--lock-lease", "3s", "--failover-delay", "5s", "--gate-wait", "20s", NULL };
 
 /* While the failover gate is closed a resume from another daemon is refused at once, nothing
@@ -208,6 +237,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_lock_behind_resume);
     tcase_add_test(tc, test_quit_behind_resume);
     tcase_add_test(tc, test_lock_behind_refused_resume);
+    tcase_add_test(tc, test_quit_on_old_daemon_after_resume);
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);

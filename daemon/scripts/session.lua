@@ -5,8 +5,12 @@
 -- hold or wait the session may have, whose value is the token of its hold,
 -- or "w" and the wid of its waiter before the grant. It expires by itself unless renewed.
 -- ARGV[1] is the operation:
---   put      KEYS[1]; ARGV prefix, sid, expiry (ms), then field value pairs.
---            Sets them (d among them); when the record named another daemon,
+--   put      KEYS[1]; ARGV prefix, sid, expiry (ms), from, then field value
+--            pairs (d, the calling daemon, first). With from "" it writes a
+--            record there is none of, or the caller's own; with a daemon id,
+--            only a live record (k) of that daemon or already the caller's (a
+--            takeover, tried again): a record another daemon has or ended is
+--            left alone, and 0 returned. When the record named another daemon,
 --            that one is told "M sid" on its channel. Returns that daemon or "".
 --   get      KEYS[1]: the record as field value pairs, {} when there is none.
 --   index    KEYS: records; ARGV for each: count, then that many changes:
@@ -24,15 +28,20 @@
 local op = ARGV[1]
 
 if op == 'put' then
-    local key, prefix, sid, ms = KEYS[1], ARGV[2], ARGV[3], ARGV[4]
+    local key, prefix, sid, ms, from = KEYS[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
     local old = redis.call('HGET', key, 'd') or ''
+    local now = ARGV[7]
+    if from == '' and old ~= '' and old ~= now then
+        return 0
+    elseif from ~= '' and (redis.call('HEXISTS', key, 'k') == 0 or (old ~= from and old ~= now)) then
+        return 0
+    end
     local fields = {}
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
         fields[#fields + 1] = ARGV[i]
     end
     redis.call('HSET', key, unpack(fields))
     redis.call('PEXPIRE', key, ms)
-    local now = redis.call('HGET', key, 'd')
     if old ~= '' and old ~= now then
         redis.call('PUBLISH', prefix .. old, 'M ' .. sid)
         return old

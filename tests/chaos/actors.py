@@ -166,7 +166,7 @@ class Actor:
                 self.mover.close("move refused")
                 self.mover = None
             self.plan.insert(0, self.hello)
-        elif v == "QUIT" and r.kind == "OK" and not getattr(conn.sess, "unsure", False):
+        elif v == "QUIT" and r.kind == "OK":
             conn.sess.dead = True
         if r.kind == "OK" and v in ("LOCK", "ACQUIRE"):
             for n in req["names"]:
@@ -639,12 +639,8 @@ class Resumer(Actor):
 
     def on_close(self, conn, t):
         # An UNLOCK (or QUIT) whose answer it never read may have run: its holds are not known
-        # any more, and a new token for them later is no hold lost untold. A resume of a
-        # session whose answer it never read may have moved it: a QUIT on its old connection
-        # then ends a copy (an open finding, RELIABILITY.md), so the session may live on.
+        # any more, and a new token for them later is no hold lost untold.
         for r in conn.pending():
-            if r.get("verb") == "HELLO" and r.get("target") is not None:
-                r["target"].unsure = True
             if r.get("verb") == "QUIT":
                 self.ledger = {}
             elif r.get("verb") == "UNLOCK":
