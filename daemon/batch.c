@@ -4,6 +4,7 @@
  * and hands each operation its own part of the reply. One call costs Redis
  * far less than one per request: a script call's fixed cost is paid once
  * per turn. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "record.h"
 #include "redis.h"
 #include "wait.h"
+#include "strbuf.h"
 
 #define BATCH_OPS 256            /* operations in one call at most */
 #define BATCH_BYTES (256 * 1024) /* of keys and arguments, about */
@@ -252,8 +254,8 @@ static void send_now(struct batch *b)
 
     if ((argv = malloc((size_t)argc * sizeof(*argv))) == NULL)
         fatalx("batch: out of memory");
-    snprintf(deadline, sizeof(deadline), "%lld", (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
-    snprintf(nops, sizeof(nops), "%d", b->nops);
+    str_ll(deadline, sizeof(deadline), (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
+    str_ll(nops, sizeof(nops), b->nops);
     p = strv_list(&b->keys, argv);
     contract_batch_head(p, d->cfg.key_prefix, d->id, deadline, nops);
     strv_list(&b->args, p + CONTRACT_HEAD);
@@ -401,8 +403,10 @@ static struct batch *open_batch(struct dlockd *d, int flags, int slot)
 
     if (*at != NULL)
         return *at;
-    if ((*at = calloc(1, sizeof(**at))) == NULL)
+    /* Only the head is cleared: ops[] is filled as it grows (BATCH_OPS of them are kilobytes). */
+    if ((*at = malloc(sizeof(**at))) == NULL)
         fatalx("batch: out of memory");
+    memset(*at, 0, offsetof(struct batch, ops));
     (*at)->d = d;
     (*at)->flags = flags;
     (*at)->slot = slot;

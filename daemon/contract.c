@@ -6,26 +6,36 @@
 
 #include "contract.h"
 #include "redis.h"
+#include "strbuf.h"
+
+/* "<prefix>{<tag>}<rest>" in buf, cut to fit; returns the length written. */
+static size_t tagged_key(char *buf, size_t len, const char *prefix, const char *tag, const char *rest, size_t restlen)
+{
+    struct strbuf b = sb_on(buf, len);
+
+    sb_str(&b, prefix);
+    sb_chr(&b, '{');
+    sb_str(&b, tag);
+    sb_chr(&b, '}');
+    sb_mem(&b, rest, restlen);
+    return b.len < len ? b.len : len - 1;
+}
 
 size_t contract_key(char *buf, size_t len, const char *prefix, const char *name, char suffix)
 {
-    int n = snprintf(buf, len, "%s{%s}:%c", prefix, name, suffix);
+    char rest[2] = { ':', suffix };
 
-    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+    return tagged_key(buf, len, prefix, name, rest, 2);
 }
 
 size_t contract_session_key(char *buf, size_t len, const char *prefix, const char *sid)
 {
-    int n = snprintf(buf, len, "%s{%s}:session", prefix, sid);
-
-    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+    return tagged_key(buf, len, prefix, sid, ":session", 8);
 }
 
 size_t contract_ack_key(char *buf, size_t len, const char *prefix, const char *id)
 {
-    int n = snprintf(buf, len, "%s{%s}:ack", prefix, id);
-
-    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+    return tagged_key(buf, len, prefix, id, ":ack", 4);
 }
 
 /* --- ARGV of the batch, and of the operations in the order of the header of each script */
@@ -46,11 +56,11 @@ void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, cons
 
     f->n = 0;
     f->v[f->n++] = op_names[op];
-    snprintf(f->nnames, sizeof(f->nnames), "%d", nnames);
+    str_ll(f->nnames, sizeof(f->nnames), nnames);
     f->v[f->n++] = f->nnames;
     for (int i = 0; i < nnames; i++)
         f->v[f->n++] = names[i];
-    snprintf(f->nargs, sizeof(f->nargs), "%d", nargs);
+    str_ll(f->nargs, sizeof(f->nargs), nargs);
     f->v[f->n++] = f->nargs;
     for (int i = 0; i < nargs; i++)
         f->v[f->n++] = args->v[i];
@@ -64,7 +74,7 @@ static void add(struct contract_args *a, const char *s)
 
 static void add_num(struct contract_args *a, long long n)
 {
-    snprintf(a->num[a->n], sizeof(a->num[a->n]), "%lld", n);
+    str_ll(a->num[a->n], sizeof(a->num[a->n]), n);
     add(a, a->num[a->n]);
 }
 
@@ -210,7 +220,7 @@ static void str(const redisReply *rep, size_t i, char *out, size_t len)
 {
     char buf[32];
 
-    snprintf(out, len, "%s", redis_elem(rep, i, buf, sizeof(buf)));
+    str_copy(out, len, redis_elem(rep, i, buf, sizeof(buf)));
 }
 
 /* Element i of rep as a string reply in place, or "". */
@@ -442,10 +452,19 @@ int contract_record_index(const struct contract_record *rec, int j, char *hid, s
 
 void contract_record_change(char *buf, size_t len, int add, const char *token, const char *hid, const char *name)
 {
-    if (token)
-        snprintf(buf, len, "=%s %c%s %s", token, CONTRACT_REC_INDEX, hid, name);
-    else
-        snprintf(buf, len, "%c%c%s %s", add ? '+' : '-', CONTRACT_REC_INDEX, hid, name);
+    struct strbuf b = sb_on(buf, len);
+
+    if (token) {
+        sb_chr(&b, '=');
+        sb_str(&b, token);
+        sb_chr(&b, ' ');
+    } else {
+        sb_chr(&b, add ? '+' : '-');
+    }
+    sb_chr(&b, CONTRACT_REC_INDEX);
+    sb_str(&b, hid);
+    sb_chr(&b, ' ');
+    sb_str(&b, name);
 }
 
 void contract_forced(const struct contract_reply *r, long long i, const char **hid, const char **token)

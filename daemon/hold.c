@@ -12,6 +12,7 @@
 #include "log.h"
 #include "mem.h"
 #include "session.h"
+#include "strbuf.h"
 
 int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names,
                 const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
@@ -61,9 +62,9 @@ static void drop(struct dlockd *d, struct hold *h, int64_t delay)
 {
     char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1], token[TOKEN_MAX];
 
-    snprintf(name, sizeof(name), "%s", h->ln->name);
-    snprintf(hid, sizeof(hid), "%s", h->hid);
-    snprintf(token, sizeof(token), "%llu", h->token);
+    str_copy(name, sizeof(name), h->ln->name);
+    str_copy(hid, sizeof(hid), h->hid);
+    str_ll(token, sizeof(token), (long long)h->token);
     hold_remove(d, h);
     hold_release(d, name, hid, token, 1, 0, delay);
 }
@@ -74,8 +75,8 @@ static void forget(struct dlockd *d, struct hold *h)
     struct session *s = h->s;
     char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1];
 
-    snprintf(name, sizeof(name), "%s", h->ln->name);
-    snprintf(hid, sizeof(hid), "%s", h->hid);
+    str_copy(name, sizeof(name), h->ln->name);
+    str_copy(hid, sizeof(hid), h->hid);
     hold_remove(d, h);
     d->hooks->hold_ended(s, hid, name);
 }
@@ -89,8 +90,8 @@ static void on_lease_end(struct deadline *dl)
     conn_session_event(s, "LOST %s token=%llu reason=lease", h->ln->name, h->token);
     log_info("audit: lost name=%s session=%s client=%s token=%llu reason=lease", h->ln->name, s->id, s->name,
              h->token);
-    snprintf(name, sizeof(name), "%s", h->ln->name);
-    snprintf(hid, sizeof(hid), "%s", h->hid);
+    str_copy(name, sizeof(name), h->ln->name);
+    str_copy(hid, sizeof(hid), h->hid);
     drop(s->d, h, 0);
     s->d->hooks->hold_ended(s, hid, name);
 }

@@ -17,6 +17,7 @@
 #include "redis.h"
 #include "session.h"
 #include "wait.h"
+#include "strbuf.h"
 
 /* STATUS lists holders while their JSON stays within this many bytes, so
  * that its line stays within about 4 KiB; "more" counts the others. */
@@ -48,7 +49,10 @@ static struct op *op_new(struct req *r, const char *sid)
     if (op == NULL)
         fatalx("lock: out of memory");
     op->req = r;
-    snprintf(op->who, sizeof(op->who), "%s:%s", sid, r->pr.owner);
+    struct strbuf b = sb_on(op->who, sizeof(op->who));
+    sb_str(&b, sid);
+    sb_chr(&b, ':');
+    sb_str(&b, r->pr.owner);
     op->nnames = r->pr.nnames;
     memcpy(op->names, r->pr.names, sizeof(op->names));
     return op;
@@ -96,7 +100,10 @@ void lock_lock(struct req *r)
 
     if (within_limits(r, s))
         return;
-    snprintf(who, sizeof(who), "%s:%s", s->id, r->pr.owner);
+    struct strbuf b = sb_on(who, sizeof(who));
+    sb_str(&b, s->id);
+    sb_chr(&b, ':');
+    sb_str(&b, r->pr.owner);
     if (r->pr.wait_ms != 0 && deadlock_check(r->d, who, mode, r->pr.nnames, r->pr.names)) {
         req_err(r, PROTO_EDEADLOCK, "waiting would close a cycle of waits on this server");
         return;
@@ -149,15 +156,17 @@ static int unlock_applied(struct dlockd *d, const struct op *op, const struct co
         return -1;
     }
     modes = rep->unlock.modes;
-    snprintf(counts, sizeof(counts), "%s", rep->unlock.counts);
+    str_copy(counts, sizeof(counts), rep->unlock.counts);
     count = strtok_r(counts, ",", &save);
     for (int i = 0; i < op->nnames && count && 2 * (size_t)i < strlen(modes); i++) {
-        snprintf(hid, sizeof(hid), "%c%s", modes[2 * i], op->who);
+        struct strbuf b = sb_on(hid, sizeof(hid));
+        sb_chr(&b, modes[2 * i]);
+        sb_str(&b, op->who);
         hold_count(d, op->names[i], hid, atoll(count));
         log_info("audit: release name=%s session=%s client=%s count=%s", op->names[i], op->req->sid,
                  s ? s->name : "-", count);
         if (op->split)
-            snprintf(op->split->counts[op->at[i]], sizeof(op->split->counts[0]), "%s", count);
+            str_copy(op->split->counts[op->at[i]], sizeof(op->split->counts[0]), count);
         count = strtok_r(NULL, ",", &save);
     }
     return 0;
@@ -173,8 +182,13 @@ static void on_unlock(struct dlockd *d, const struct contract_reply *rep, void *
         req_err(op->req, err, "%s", why);
     else if (rep->unlock.modes[0] == 'p')
         req_reply(op->req, "OK", "held=%s free=%lld", rep->unlock.counts, rep->unlock.free);
-    else
-        req_reply(op->req, "OK", "%s=%s", op->nnames > 1 ? "counts" : "count", rep->unlock.counts);
+    else {
+        char body[CONTRACT_LIST_MAX + 16];
+        struct strbuf b = sb_on(body, sizeof(body));
+        sb_str(&b, op->nnames > 1 ? "OK counts=" : "OK count=");
+        sb_str(&b, rep->unlock.counts);
+        req_reply(op->req, body, NULL);
+    }
     free(op);
 }
 
@@ -205,7 +219,7 @@ static void on_unlock_part(struct dlockd *d, const struct contract_reply *rep, v
 
     if (unlock_applied(d, op, rep, &err, why, sizeof(why)) && sp->why[0] == '\0') {
         sp->err = err;
-        snprintf(sp->why, sizeof(sp->why), "%s", why);
+        str_copy(sp->why, sizeof(sp->why), why);
     }
     free(op);
     split_done(sp);
@@ -275,7 +289,7 @@ static void unlock_split(struct op *all, const char *known, char shared)
         if (hold_script(d, OP_UNLOCK, op->nnames, op->names, &args, on_unlock_part, NULL, op)) {
             if (sp->why[0] == '\0') {
                 sp->err = PROTO_EBACKEND;
-                snprintf(sp->why, sizeof(sp->why), "%s", redis_unavailable(d->redis));
+                str_copy(sp->why, sizeof(sp->why), redis_unavailable(d->redis));
             }
             free(op);
             sp->pending--;
@@ -320,7 +334,7 @@ static json_t *holder_json(const struct contract_holder *ch, int semaphore)
     char hid[HID_MAX + 1], sid[DLOCKD_ID_LEN + 1];
     const char *owner, *mode;
 
-    snprintf(hid, sizeof(hid), "%s", ch->hid);
+    str_copy(hid, sizeof(hid), ch->hid);
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
     if (ch->orphaned)
         snprintf(sid, sizeof(sid), "-"); /* kept for lock-delay: its session is gone */

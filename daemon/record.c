@@ -16,6 +16,7 @@
 #include "record.h"
 #include "redis.h"
 #include "session.h"
+#include "strbuf.h"
 
 #define RECORD_MARGIN_MS 1000 /* a record outlives the holds it lists by this much */
 #define RECORD_TOMBSTONE_MS "10000" /* what is left of an ended record names its daemon this long */
@@ -236,7 +237,8 @@ void record_waiting(struct session *s, const char *hid, const char *name, const 
 {
     char value[80];
 
-    snprintf(value, sizeof(value), "w%s", wid);
+    value[0] = 'w';
+    str_copy(value + 1, sizeof(value) - 1, wid);
     change(s, 1, value, hid, name);
 }
 

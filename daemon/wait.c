@@ -18,6 +18,7 @@
 #include "redis.h"
 #include "session.h"
 #include "wait.h"
+#include "strbuf.h"
 
 static void wait_cancel(struct wait *w);
 static void cancel_unanswered(struct wait *w);
@@ -188,8 +189,8 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
     r = wait_take_req(w); /* fails the LOCK across slots of a QUIT */
     s = r ? req_session(r) : NULL;
     undo = r == NULL || r->c == NULL || s == NULL || quit_multi;
-    snprintf(tbuf, sizeof(tbuf), "%s", g->tokens);
-    snprintf(cbuf, sizeof(cbuf), "%s", g->counts);
+    str_copy(tbuf, sizeof(tbuf), g->tokens);
+    str_copy(cbuf, sizeof(cbuf), g->counts);
     nt = split(tbuf, tok, PROTO_MAX_NAMES);
     nc = split(cbuf, cnt, PROTO_MAX_NAMES);
     if (nt != w->nnames || nc != w->nnames) {
@@ -223,12 +224,15 @@ static void wait_granted(struct wait *w, const struct contract_grant *g)
         histo_add_in(&d->stats.waited, histo_long_bounds_us, (now_ms() - r->arrived) * 1000);
         if (w->phase != WAIT_SENDING && sent)
             histo_add(&d->stats.handoff, now_us() - sent);
-        if (w->kind == WAIT_SEM)
-            snprintf(body, sizeof(body), "OK token=%s held=%s free=%lld", g->tokens, g->counts, g->free);
-        else if (w->nnames > 1)
-            snprintf(body, sizeof(body), "OK tokens=%s counts=%s", g->tokens, g->counts);
-        else
-            snprintf(body, sizeof(body), "OK token=%s count=%s", g->tokens, g->counts);
+        struct strbuf b = sb_on(body, sizeof(body));
+        sb_str(&b, w->nnames > 1 && w->kind != WAIT_SEM ? "OK tokens=" : "OK token=");
+        sb_str(&b, g->tokens);
+        sb_str(&b, w->kind == WAIT_SEM ? " held=" : w->nnames > 1 ? " counts=" : " count=");
+        sb_str(&b, g->counts);
+        if (w->kind == WAIT_SEM) {
+            sb_str(&b, " free=");
+            sb_ll(&b, g->free);
+        }
         ack_answer(r, &ag, body);
     }
     wait_free(w);
@@ -538,7 +542,10 @@ static void wait_number(struct wait *w)
 
     if (w->wid[0])
         dict_del(d->waits, w->wid);
-    snprintf(w->wid, sizeof(w->wid), "%s.%" PRIx64, d->id, ++d->next_wait);
+    struct strbuf b = sb_on(w->wid, sizeof(w->wid));
+    sb_str(&b, d->id);
+    sb_chr(&b, '.');
+    sb_hex(&b, ++d->next_wait);
     dict_set(d->waits, w->wid, w);
 }
 
@@ -847,7 +854,11 @@ struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kin
     size_t size;
     struct wait *w;
 
-    snprintf(hid, sizeof(hid), "%c%s:%s", mode, s->id, pr->owner);
+    struct strbuf b = sb_on(hid, sizeof(hid));
+    sb_chr(&b, mode);
+    sb_str(&b, s->id);
+    sb_chr(&b, ':');
+    sb_str(&b, pr->owner);
     size = sizeof(*w) + (size_t)nnames * sizeof(char *) + strlen(hid) + 1 + strlen(s->name) + 1;
     for (int i = 0; i < nnames; i++)
         size += strlen(names[i]) + 1;
