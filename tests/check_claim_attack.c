@@ -187,7 +187,7 @@ static int wait_flag(volatile int *flag, int want, int ms)
 }
 
 /* Closes c's socket and keeps the struct (its session and secret) readable. */
-static void drop_conn(struct h_conn *c)
+static __attribute__((unused)) void drop_conn(struct h_conn *c)
 {
     shutdown(c->fd, SHUT_RDWR);
     close(c->fd);
@@ -246,6 +246,42 @@ START_TEST(test_claim_cut_then_dirty_renewal)
 }
 END_TEST
 
+/*
+ * A QUIT is answered OK only once a read of its record shows no other daemon had the session
+ * (daemon.c session_quit). When that read is not answered (Redis silent, or no link), on_quit_read
+ * answers OK anyway: here the session was resumed on d2 (claim written, d2 answered OK resumed)
+ * while D was stopped, then Redis stalls as D reads the QUIT. The old connection hears OK -- "the
+ * session ended" -- though the QUIT ended nothing: the session and its hold of x go on at d2.
+ */
+START_TEST(test_quit_ok_when_record_unread)
+{
+    struct h_dlockd *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
+    const char *r;
+    char pat[300];
+    int quit_ok;
+
+    H_LOCK_NEW(a, "x");
+    ck_assert_int_eq(kill(D->pid, SIGSTOP), 0); /* D hears of the move only later */
+    snprintf(pat, sizeof pat, "OK session=%s secret=%s ttl=%%d proto=1 server=dlockd/%%w resumed=1 lease=%%d",
+             a->session, a->secret);
+    H_REQ(n, pat, "HELLO session=%s secret=%s", a->session, a->secret);
+    h_redis_pause(R);
+    h_send(a, "QUIT");
+    ck_assert_int_eq(kill(D->pid, SIGCONT), 0);
+    r = h_reply(a, 6000);
+    quit_ok = r && strcmp(r, "OK") == 0;
+    fprintf(stderr, "the QUIT on D: %s\n", r ? r : "(no answer)");
+    h_redis_resume(R);
+    h_sleep_ms(500);
+    show_state("after the QUIT", a->session, "x");
+    r = h_request(n, 5000, "LOCK x");
+    fprintf(stderr, "the resumed session's LOCK x on d2: %s\n", r ? r : "(none)");
+    ck_assert_msg(!(quit_ok && r && h_match(r, "OK token=%d count=2")),
+                  "QUIT answered OK on D, yet the session lives on d2 and still holds x: %s", r);
+}
+END_TEST
+
 /* One case per test, so that CK_RUN_CASE=name runs one of them. */
 static void add(Suite *s, const char *name, const TTest *t)
 {
@@ -262,6 +298,7 @@ static Suite *attack_suite(void)
     Suite *s = suite_create("claim-attack");
 
     add(s, "claim_cut_then_dirty_renewal", test_claim_cut_then_dirty_renewal);
+    add(s, "quit_ok_when_record_unread", test_quit_ok_when_record_unread);
     return s;
 }
 
