@@ -282,6 +282,49 @@ START_TEST(test_quit_ok_when_record_unread)
 }
 END_TEST
 
+/*
+ * The claim is cut and the resumer's link stays down longer than the session's ttl: d2's copy of
+ * the session (never attached) expires there, its release of x cannot be sent ("left to its lease
+ * in Redis"), and on_claimed, finding no session, gives up without handing x back
+ * (resume.c on_claimed, the s == NULL branch: "its holds released" is not so). x stays d2's in
+ * Redis while the session goes on at D: alice's UNLOCK x there is ERR NOTHELD though D lists x
+ * as hers, and after her QUIT is answered OK (holds released at once, says PROTOCOL.md) x stays
+ * taken, owned by a daemon that has no such session, until the adopted lease (30 s) runs out.
+ */
+START_TEST(test_claim_cut_copy_expires)
+{
+    struct proxy px = proxy_start(R->port);
+    struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "1s"));
+    struct h_conn *a = H_CLIENT(D, "name=alice ttl=2s"), *b = H_CLIENT(D, "name=bob");
+    struct h_conn *n = H_CONNECT(d2->port);
+    const char *r, *u;
+    int granted;
+
+    H_LOCK_NEW(a, "x");
+    proxy_arm(&px, PX_CUT, "put", 5000);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_msg(wait_flag(&px.ctl->triggered, 1, 5000), "d2 sent no claim");
+    for (int i = 0; i < 8; i++) { /* alice stays with D; the blackout ends, d2 is back */
+        ck_assert(h_request(a, 3000, "PING") != NULL);
+        h_sleep_ms(1000);
+    }
+    r = h_reply(n, 3000);
+    fprintf(stderr, "the resume: %s\n", r ? r : "(none)");
+    show_state("after the resume", a->session, "x");
+    u = h_request(a, 3000, "UNLOCK x");
+    fprintf(stderr, "alice (on D) UNLOCK x: %s\n", u ? u : "(none)");
+    r = h_request(a, 3000, "QUIT");
+    fprintf(stderr, "alice's QUIT: %s\n", r ? r : "(none)");
+    h_send(b, "LOCK x wait=5s");
+    r = h_reply(b, 7000);
+    granted = r && h_match(r, "OK token=%d count=1");
+    fprintf(stderr, "bob's LOCK x after alice's UNLOCK and QUIT: %s\n", r ? r : "(none)");
+    show_state("at the end", a->session, "x");
+    proxy_stop(&px);
+    ck_assert_msg(granted, "x still taken 5 s after its holder unlocked it and quit (UNLOCK: %s)", u ? u : "(none)");
+}
+END_TEST
+
 /* One case per test, so that CK_RUN_CASE=name runs one of them. */
 static void add(Suite *s, const char *name, const TTest *t)
 {
@@ -299,6 +342,7 @@ static Suite *attack_suite(void)
 
     add(s, "claim_cut_then_dirty_renewal", test_claim_cut_then_dirty_renewal);
     add(s, "quit_ok_when_record_unread", test_quit_ok_when_record_unread);
+    add(s, "claim_cut_copy_expires", test_claim_cut_copy_expires);
     return s;
 }
 
