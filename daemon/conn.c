@@ -185,21 +185,21 @@ static void quit_now(struct conn *c)
     }
     if (s)
         session_end(s, SESSION_QUIT);
-    conn_quit_answer(r, 0);
+    conn_quit_answer(r, QUIT_ENDED);
 }
 
-void conn_quit_answer(struct req *r, int moved)
+void conn_quit_answer(struct req *r, enum quit_end end)
 {
     struct conn *c = r->c;
 
-    if (moved && c)
+    if (end == QUIT_MOVED && c)
         conn_event(c, "BYE reason=moved");
-    if (moved)
-        req_drop(r);
-    else
+    if (end == QUIT_ENDED)
         req_reply(r, "OK", NULL);
+    else
+        req_drop(r);
     if (c)
-        conn_close_soon(c, moved ? "session moved" : "quit");
+        conn_close_soon(c, end == QUIT_ENDED ? "quit" : end == QUIT_MOVED ? "session moved" : "quit, not confirmed");
 }
 
 /*

@@ -170,9 +170,14 @@ int conn_gone(const struct conn *c);
  * is held any more.
  */
 void conn_quit(struct conn *c, struct req *r);
-/* Answers the QUIT r once its session ended here: OK, or (moved: another daemon
- * had taken the session over, which goes on there) BYE reason=moved; closes. */
-void conn_quit_answer(struct req *r, int moved);
+/* What a QUIT did, once its session ended here and its record was read. */
+enum quit_end {
+    QUIT_ENDED,   /* no other daemon has the session: OK */
+    QUIT_MOVED,   /* a resume elsewhere had taken it over, it goes on there: BYE reason=moved */
+    QUIT_UNKNOWN, /* Redis did not say: no answer */
+};
+/* Answers the QUIT r as end says, and closes its connection. */
+void conn_quit_answer(struct req *r, enum quit_end end);
 /*
  * Attaches s to c, detaching the session c had. A connection s had before
  * is told * BYE reason=moved and closed (its waits are cancelled).

@@ -61,7 +61,12 @@ static void on_quit_read(struct dlockd *d, const struct contract_record *rec, in
 
     if (q->r) {
         q->r->gone = NULL;
-        conn_quit_answer(q->r, answered && rec && strcmp(rec->daemon, d->id) != 0);
+        if (!answered)
+            log_info("c%llu: QUIT not answered: Redis did not say whether another daemon had the session",
+                     q->r->c ? (unsigned long long)q->r->c->id : 0ULL);
+        conn_quit_answer(q->r, !answered                                   ? QUIT_UNKNOWN
+                               : rec && strcmp(rec->daemon, d->id) != 0 ? QUIT_MOVED
+                                                                        : QUIT_ENDED);
     }
     free(q);
 }
@@ -69,7 +74,8 @@ static void on_quit_read(struct dlockd *d, const struct contract_record *rec, in
 /*
  * Ends s for its QUIT r, then reads its record (after the delete, on the
  * same link): when another daemon had taken the session over, the delete
- * changed nothing and the session goes on there, so r is not answered OK.
+ * changed nothing and the session goes on there, so r is not answered OK;
+ * nor when Redis does not answer, and nobody can know.
  */
 static void session_quit(struct session *s, struct req *r)
 {
@@ -83,8 +89,7 @@ static void session_quit(struct session *s, struct req *r)
     session_end(s, SESSION_QUIT);
     q->r = r;
     if (record_fetch(d, sid, on_quit_read, q)) {
-        free(q);
-        conn_quit_answer(r, 0);
+        on_quit_read(d, NULL, 0, q);
         return;
     }
     r->gone = quit_gone;
@@ -162,7 +167,10 @@ static void on_moved(struct dlockd *d, const struct contract_record *rec, int an
     struct check *ck = arg;
     struct session *s = session_find(d, ck->sid);
 
-    /* No record proves nothing: the message may be forged, or Redis lost it. */
+    /* No record proves nothing: the message may be forged, or Redis lost it. A session being
+     * claimed is not a copy: the claim decides (resume.c). */
+    if (s && s->claiming)
+        s = NULL;
     if (s && rec && strcmp(rec->daemon, d->id) != 0 && rec->killed) {
         oper_killed_elsewhere(s);
     } else if (s && rec && strcmp(rec->daemon, d->id) != 0) {

@@ -149,7 +149,7 @@ int record_put(struct session *s, const char *from, record_put_cb *done, void *a
     p->arg = arg;
     s->record_dirty = 0;
     if (redis_script(d->redis, SCRIPT_SESSION, 1, v.argc, v.argv, on_put, NULL, p)) {
-        s->record_dirty = 1;
+        s->record_dirty = from == NULL;
         free(p);
         rc = -1;
     }
@@ -387,7 +387,7 @@ static int touch_one(const char *key, void *val, void *arg)
     struct touch **tp = arg, *t = *tp;
 
     (void)key;
-    if (!s->has_secret)
+    if (!s->has_secret || s->claiming)
         return 0;
     if (s->record_dirty) {
         record_put(s, NULL, NULL, NULL);

@@ -127,6 +127,7 @@ static void commit(struct resume *rs, struct session *s)
 {
     struct req *r = take(rs);
 
+    s->claiming = 0;
     for (struct adopt *a = rs->adopts; a; a = a->next)
         for (int i = 0; i < a->n; i++) {
             if (a->got[i])
@@ -266,9 +267,9 @@ static void on_claimed(struct dlockd *d, int result, void *arg)
     struct session *s = session_find(d, rs->sid);
 
     if (s == NULL) {
-        rs->claiming = 0; /* it expired here meanwhile, its holds released */
-        rs->ended = 1;
-        handed_back(rs);
+        log_warnx("s%s: gone from here while it was claimed: handed back to daemon %s", rs->sid, rs->from);
+        rs->claiming = 0;
+        hand_back(rs);
     } else if (result == RECORD_WRITTEN) {
         commit(rs, s);
     } else if (result == RECORD_REFUSED) {
@@ -314,6 +315,7 @@ static void finish(struct resume *rs)
                 if (a->got[i])
                     hold_set(s, a->names[i], a->hids[i], a->got[i], a->counts[i], a->lefts[i] > 0 ? a->lefts[i] : 0);
         s->killed = rs->ans->kill; /* its old daemon ends its copy too (record field x) */
+        s->claiming = 1;
         rs->claiming = 1;
         claim(rs);
         return;

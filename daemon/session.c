@@ -17,7 +17,10 @@ static void on_expiry(struct deadline *dl)
     struct session *s = container_of(dl, struct session, expiry);
     uint64_t due = s->last_seen + (uint64_t)s->ttl;
 
-    /* Requests only move last_seen; the deadline catches up here. */
+    /* Requests only move last_seen; the deadline catches up here. A session being claimed
+     * is the daemon's it came from until the claim ends (resume.c ends it otherwise). */
+    if (s->claiming)
+        due = now_ms() + (uint64_t)s->ttl;
     if (due > now_ms()) {
         deadline_arm(s->d->deadlines, &s->expiry, due);
         return;

@@ -35,6 +35,9 @@ struct session {
     int has_secret;               /* HELLO gave it a secret: it can be resumed */
     int record_dirty;             /* its record in Redis may be missing or stale: written whole at the next renewal */
     int killed;                   /* ended by an operator's KILL: its record says so to the daemon that had it */
+    int claiming;                 /* taken over, its record not yet this daemon's (resume.c): the
+                                   * daemon the record names still has it, so it neither expires
+                                   * here nor is written or dropped as a copy of it */
     unsigned char secret_hash[SESSION_HASH_LEN]; /* SHA-256 of that secret, never the secret */
     struct dict *ids;             /* id= -> struct idrec; NULL until the first id= */
     TAILQ_HEAD(, idrec) idlist;   /* the answered ones, oldest first */

@@ -41,6 +41,21 @@ static void in_redis(const char *name, int ms)
     }
 }
 
+/* Waits until the daemon's WAIT for the replicas blocks in Redis: a call it sends later is
+ * answered only after it. */
+static void waiting_replicas(int ms)
+{
+    for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(20)) {
+        char *info = h_redis_cmd(R->port, "INFO", "clients", NULL);
+        int blocked = strstr(info, "blocked_clients:0") == NULL;
+        free(info);
+        if (blocked)
+            return;
+        if (h_now_ms() > deadline)
+            H_FAIL("no WAIT blocked in Redis within %d ms", ms);
+    }
+}
+
 /* A lease= that ends while the answer waits for the replicas: no OK naming a hold that is gone. */
 START_TEST(test_lease_ends_while_held)
 {
@@ -145,6 +160,7 @@ START_TEST(test_resume_while_held)
     h_redis_pause(replica);
     ck_assert_int_eq(h_send(a, "LOCK m"), 0);
     in_redis("m", 2000);
+    waiting_replicas(2000); /* else the resume may read Redis before the round's WAIT */
     ck_assert_int_eq(h_send(a2, "HELLO session=%s secret=%s", a->session, a->secret), 0);
     h_sleep_ms(500);
     h_redis_resume(replica);

@@ -286,8 +286,9 @@ class Conn:
         return None
 
 
+# QUIT reads its session's record before its OK (or closes unanswered when Redis does not answer).
 REDIS_VERBS = ("LOCK", "UNLOCK", "ACQUIRE", "RELEASE", "LATCH", "COUNTDOWN", "AWAIT", "STATUS", "KILL", "FORCE",
-               "LIST")
+               "LIST", "QUIT")
 
 
 def needs_redis(r):
