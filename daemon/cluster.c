@@ -10,11 +10,11 @@
 #include <sys/queue.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 
 #include "cluster.h"
 #include "dlockd.h"
+#include "evlink.h"
 #include "log.h"
 
 /* An open connection to a master. */
@@ -345,7 +345,7 @@ static struct link *link_get(struct cluster *c, const struct cluster_node *n)
     l->node = *n;
     l->ac = ac;
     ac->data = l;
-    redisLibeventAttach(ac, c->d->base);
+    evlink_attach(ac, c->d->base);
     redisAsyncSetConnectCallback(ac, on_link_connect);
     redisAsyncSetDisconnectCallback(ac, on_link_disconnect);
     send_auth(c, ac, on_link_auth);
@@ -524,7 +524,7 @@ static int probe_open(struct cluster *c, const struct cluster_node *n)
     }
     c->probe = ac;
     ac->data = c;
-    redisLibeventAttach(ac, c->d->base);
+    evlink_attach(ac, c->d->base);
     redisAsyncSetConnectCallback(ac, on_probe_connect);
     send_auth(c, ac, on_probe_auth);
     redisAsyncCommand(ac, on_probe_slots, NULL, "CLUSTER SLOTS");

@@ -14,11 +14,11 @@
 #include <sys/queue.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 
 #include "cluster.h"
 #include "dlockd.h"
+#include "evlink.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
@@ -836,7 +836,7 @@ static redisAsyncContext *open_one(struct redis *rd, const struct addr *a, char 
         return NULL;
     }
     ac->data = rd;
-    redisLibeventAttach(ac, rd->d->base);
+    evlink_attach(ac, rd->d->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     if (cfg->redis_user)

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
 #include <hiredis/async.h>
 
 #include "dlockd.h"
+#include "evlink.h"
 #include "log.h"
 #include "sentinel.h"
 
@@ -94,7 +94,7 @@ static redisAsyncContext *open_one(struct sentinel *s, int i, redisCallbackFn *o
         return NULL;
     }
     ac->data = s;
-    redisLibeventAttach(ac, s->d->base);
+    evlink_attach(ac, s->d->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     if (s->d->cfg.sentinel_password)
