@@ -218,7 +218,7 @@ class Client extends EventEmitter {
         resume = false;
         if (r.status !== 'OK') return send(); // a new session on this connection
       }
-      if (r.status !== 'OK') return finish(new DlockError(r.code || 'PROTO', `dlock: ${link.addr.text}: ${line}`));
+      if (r.status !== 'OK') return finish(new DlockError(r.code || 'PROTO', `dlock: ${link.addr.text}: ${r.code} ${r.text}`));
       if (!r.fields.session || !(Number(r.fields.ttl) > 0)) return finish(new DlockError('PROTO', `dlock: bad HELLO reply`));
       if (this._closing) {
         sock.end('#bye QUIT\n');

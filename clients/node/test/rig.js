@@ -132,7 +132,7 @@ class Rig {
   /** Kills every process; keeps the logs if a test failed. */
   stop() {
     for (const p of this.procs) p.kill('SIGKILL');
-    if (this.failed || process.env.DLOCK_KEEP) console.log(`# logs kept in ${this.dir}`);
+    if (this.failed || process.env.DLOCK_KEEP) console.log(`logs kept in ${this.dir}`);
     else fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }

@@ -1,9 +1,14 @@
 'use strict';
-// address.test.js - DLOCK_ADDR syntax, as libdlock reads it.
+// unit.test.js - without a server: DLOCK_ADDR syntax as libdlock reads it, and index.d.ts
+// against what index.js exports.
 
 const assert = require('node:assert/strict');
+const fs = require('node:fs');
+const path = require('node:path');
 const { test } = require('node:test');
-const { parseAddresses } = require('..');
+const dlock = require('..');
+
+const { parseAddresses } = dlock;
 
 test('address forms and defaults', () => {
   assert.deepEqual(parseAddresses('h1:1, h2 [::1]:3,[fe80::1] ::1'), [
@@ -36,5 +41,17 @@ test('$DLOCK_ADDR, then 127.0.0.1:7411', () => {
 test('malformed addresses', () => {
   for (const bad of ['h:', ':1', 'h:x', 'h:0', 'h:65536', '[::1', '[::1]x', 'unix:', 'tls://', ' , ']) {
     assert.throws(() => parseAddresses(bad), TypeError, bad);
+  }
+});
+
+test('index.d.ts declares what index.js exports, and the methods of its classes', () => {
+  const dts = fs.readFileSync(path.join(__dirname, '..', 'index.d.ts'), 'utf8');
+  const declared = new Set([...dts.matchAll(/^export (?:class|function) (\w+)/gm)].map((m) => m[1]));
+  assert.deepEqual([...declared].sort(), Object.keys(dlock).sort());
+  for (const cls of ['Client', 'LockHold', 'SemaphoreHold']) {
+    const body = dts.slice(dts.indexOf(`export class ${cls} `)).split('\n}\n')[0];
+    const methods = [...body.matchAll(/^ {2}(\w+)\(/gm)].map((m) => m[1]);
+    assert.ok(methods.length > 0);
+    for (const m of methods) assert.equal(typeof dlock[cls].prototype[m], 'function', `${cls}.${m}`);
   }
 });
