@@ -7,21 +7,19 @@
 // reported lost ("jeopardy") before their Redis lease could run out. libdlock(3) does the same.
 
 const { EventEmitter } = require('node:events');
-const fs = require('node:fs');
-const net = require('node:net');
-const tls = require('node:tls');
 const { parseAddresses } = require('./address');
 const { DlockError, BusyError, TimeoutError, LostError } = require('./errors');
 const { LockHold, SemaphoreHold } = require('./holds');
+const { tlsOptions, dial, readLines } = require('./link');
 const w = require('./wire');
 
-const BACKOFF_MIN = 50;    // ms between rounds of reconnection attempts, doubling
+const BACKOFF_MIN = 50; // ms between rounds of reconnection attempts, doubling
 const BACKOFF_MAX = 2000;
-const REPLY_MAX = 1 << 20; // longest line accepted from the server
 const TIMER_MAX = 2 ** 31 - 1;
-const J_CONN = 1;          // jeopardy: disconnected
-const J_HB = 2;            //   no heartbeat answered in time (or not yet, after a resume)
-const J_BACKEND = 4;       //   the server said * JEOPARDY
+const J_CONN = 1;       // jeopardy: disconnected
+const J_HB = 2;         //   no heartbeat answered in time (or not yet, after a resume)
+const J_BACKEND = 4;    //   the server said * JEOPARDY
+const QUIT = '#bye QUIT\n';
 
 const now = () => performance.now();
 const closedError = () => new DlockError('CLOSED', 'dlock: the client is closed');
@@ -36,59 +34,18 @@ function trustOf(lease) {
   return lease > 0 ? left - Math.min(Math.max(lease / 10, 500), left / 2) : 0;
 }
 
-// Node's tls.connect options; ca, cert and key name files (or hold their contents) and
-// default to $DLOCK_TLS_CA, $DLOCK_TLS_CERT and $DLOCK_TLS_KEY (null: none).
-function tlsOptions(o = {}) {
-  const read = (v, env) => {
-    const f = v === undefined ? process.env[env] : v;
-    return typeof f === 'string' && f !== '' ? fs.readFileSync(f) : f || undefined;
-  };
-  return { ...o, ca: read(o.ca, 'DLOCK_TLS_CA'), cert: read(o.cert, 'DLOCK_TLS_CERT'), key: read(o.key, 'DLOCK_TLS_KEY') };
-}
-
-// A connected socket to addr within ms.
-function dial(addr, tlsOpts, ms) {
-  return new Promise((resolve, reject) => {
-    const where = addr.path ? { path: addr.path } : { host: addr.host, port: addr.port };
-    const sock = addr.tls
-      ? tls.connect({ servername: net.isIP(addr.host) ? undefined : addr.host, ...tlsOpts, ...where })
-      : net.connect(where);
-    const fail = (e) => {
-      clearTimeout(timer);
-      sock.destroy();
-      reject(e);
-    };
-    const timer = setTimeout(fail, Math.max(0, ms), new Error('timed out'));
-    sock.once('error', fail);
-    sock.once(addr.tls ? 'secureConnect' : 'connect', () => {
-      clearTimeout(timer);
-      sock.removeListener('error', fail);
-      sock.setNoDelay(true);
-      resolve(sock);
-    });
-  });
-}
-
-// Calls onLine with every line sock receives, until it is destroyed.
-function readLines(sock, onLine) {
-  let buf = '';
-  sock.setEncoding('latin1');
-  sock.on('data', (chunk) => {
-    buf += chunk;
-    for (let nl = buf.indexOf('\n'); nl >= 0 && !sock.destroyed; nl = buf.indexOf('\n')) {
-      const line = buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-      onLine(line.endsWith('\r') ? line.slice(0, -1) : line);
-    }
-    if (buf.length > REPLY_MAX) sock.destroy();
-  });
+// The failure of one connection attempt; _connectRound gathers the CONN ones in one message.
+function attemptError(code, addr, why) {
+  return new DlockError(code, `${code === 'CONN' ? '' : 'dlock: '}${addr.text}: ${why}`);
 }
 
 // The n numbers of key= (one name) or keys= (several names) of a reply.
 function numbers(r, key, n) {
   const s = n === 1 ? r.fields[key] : r.fields[`${key}s`];
   const v = s === undefined ? [] : s.split(',').map(Number);
-  if (v.length !== n || !v.every(Number.isSafeInteger)) throw new DlockError('PROTO', `dlock: bad ${key} in reply`);
+  if (v.length !== n || !v.every(Number.isSafeInteger)) {
+    throw new DlockError('PROTO', `dlock: bad ${key} in reply`);
+  }
   return v;
 }
 
@@ -97,6 +54,24 @@ function json(r) {
     return JSON.parse(r.text);
   } catch {
     throw new DlockError('PROTO', 'dlock: reply without a JSON object');
+  }
+}
+
+// What reply r means for req: null for a success, else the error to reject with.
+function replyError(req, r) {
+  switch (r.status) {
+    case 'OK':
+      return null;
+    case 'BUSY': // with a wait: sent again after a reconnect, with no wait left
+      return req.wait > 0 ? new TimeoutError() : new BusyError(r.fields);
+    case 'TIMEOUT':
+      return new TimeoutError();
+    case 'ERR':
+      if (r.code === 'NOTHELD' && req.hold && req.hold.lost) return new LostError(req.hold);
+      if (r.code === 'NOTHELD' && req.hold && req.resent) return null; // the first send did it
+      return new DlockError(r.code, `dlock: ${r.code} ${r.text}`);
+    default:
+      return new DlockError('PROTO', `dlock: unexpected reply ${r.status}`);
   }
 }
 
@@ -135,6 +110,7 @@ class Client extends EventEmitter {
     this._hbSeq = 0;
     this._holds = new Set();  // holds not released (lost ones too)
     this._closing = false;
+    this._closed = null;      // the promise of close()
     this._timers = { hb: null, due: null, retry: null };
   }
 
@@ -173,66 +149,87 @@ class Client extends EventEmitter {
   // Resolves null once the connection is in use, else a DlockError.
   async _attempt(idx) {
     const addr = this.addresses[idx];
-    const resume = this.session !== null && !this._dead;
     const limit = now() + this._opts.connectTimeout;
     let sock;
     try {
-      sock = await dial(addr, this._tls, (resume ? Math.min(limit, this._sessionEnd()) : limit) - now());
+      sock = await dial(addr, this._tls, this._helloDeadline(this._resumable(), limit) - now());
     } catch (e) {
-      return new DlockError('CONN', `${addr.text}: ${e.code || e.message}`);
+      return attemptError('CONN', addr, e.code || e.message);
     }
-    return new Promise((resolve) => this._hello(sock, idx, resume, limit, resolve));
+    return new Promise((resolve) => this._hello(sock, idx, limit, resolve));
+  }
+
+  _resumable() {
+    return this.session !== null && !this._dead;
+  }
+
+  // A resume must be answered before the session may end: after that, its holds were told lost.
+  _helloDeadline(resume, limit) {
+    return resume ? Math.min(limit, this._sessionEnd()) : limit;
+  }
+
+  // The HELLO that resumes the session (when resume) or opens a new one.
+  _helloLine(resume) {
+    const o = this._opts;
+    let line = '#hello HELLO';
+    if (resume) line += ` session=${this.session}${this._secret ? ` secret=${this._secret}` : ''}`;
+    if (o.ttl) line += ` ttl=${o.ttl}`;
+    if (o.name) line += ` name=${o.name}`;
+    if (o.password) line += ` auth=${o.password}`;
+    return `${line}\n`;
   }
 
   // Says HELLO on sock and installs the connection once it is answered OK; done(err) after.
-  _hello(sock, idx, resume, limit, done) {
+  _hello(sock, idx, limit, done) {
     const link = { sock, addr: this.addresses[idx], idx, up: false };
+    let resume = this._resumable();
     let sent = 0;
-    const finish = (err, destroy = Boolean(err)) => {
+    let timer = null;
+    const fail = (code, why, destroy = true) => {
       clearTimeout(timer);
       if (destroy) sock.destroy();
-      done(err);
+      done(attemptError(code, link.addr, why));
       done = () => {};
     };
-    const timer = setTimeout(() => finish(new DlockError('CONN', `${link.addr.text}: no answer`)), limit - now());
     const send = () => {
-      const o = this._opts;
-      let line = '#hello HELLO';
-      if (resume) line += ` session=${this.session}${this._secret ? ` secret=${this._secret}` : ''}`;
-      if (o.ttl) line += ` ttl=${o.ttl}`;
-      if (o.name) line += ` name=${o.name}`;
-      if (o.password) line += ` auth=${o.password}`;
+      clearTimeout(timer);
+      timer = setTimeout(fail, this._helloDeadline(resume, limit) - now(), 'CONN', 'no answer');
       sent = now();
-      sock.write(`${line}\n`);
+      sock.write(this._helloLine(resume));
     };
     sock.on('error', () => {}); // 'close' follows
-    sock.on('close', () => (link.up ? this._onClose(link) : finish(new DlockError('CONN', `${link.addr.text}: closed`))));
+    sock.on('close', () => (link.up ? this._onClose(link) : fail('CONN', 'closed')));
     readLines(sock, (line) => {
       if (link.up) return this._onLine(link, line);
       const r = w.parseLine(line);
-      if (r.event) return this._onEvent(r);
-      if (!r.tag && r.status === 'ERR') return finish(new DlockError(r.code, `dlock: ${line}`)); // refused at once
-      if (r.tag !== 'hello') return undefined;
-      if (resume && (r.code === 'NOSESSION' || (r.status === 'OK' && r.fields.resumed !== '1'))) {
+      if (!r.tag && r.status === 'ERR') return fail(r.code, `${r.code} ${r.text}`); // refused at once
+      if (r.tag !== 'hello') return undefined; // events before the OK are not for the session
+      if (resume && this._dead) {
+        sock.end(QUIT); // answered too late: its holds were told lost, so they must go
+        return fail('CONN', 'resumed too late', false);
+      }
+      if (resume && r.code === 'NOSESSION') {
         this._sessionGone('expired');
         resume = false;
-        if (r.status !== 'OK') return send(); // a new session on this connection
+        return send(); // a new session, on this connection
       }
-      if (r.status !== 'OK') return finish(new DlockError(r.code || 'PROTO', `dlock: ${link.addr.text}: ${r.code} ${r.text}`));
-      if (!r.fields.session || !(Number(r.fields.ttl) > 0)) return finish(new DlockError('PROTO', `dlock: bad HELLO reply`));
+      if (r.status !== 'OK') return fail(r.code || 'PROTO', `${r.code} ${r.text}`);
+      if (!r.fields.session || !(Number(r.fields.ttl) > 0)) return fail('PROTO', 'bad HELLO reply');
       if (this._closing) {
-        sock.end('#bye QUIT\n');
-        return finish(closedError(), false);
+        sock.end(QUIT);
+        return fail('CLOSED', 'the client is closed', false);
       }
+      clearTimeout(timer);
       link.up = true;
-      this._install(link, r, sent, resume);
-      return finish(null);
+      this._install(link, r, sent, resume && r.fields.resumed === '1');
+      return done(null);
     });
     send();
   }
 
   // The connection is up: adopt the session it has and send what waits.
   _install(link, r, sent, resumed) {
+    if (!resumed) this._sessionGone('expired'); // the old session, if there was one, is gone
     this._link = link;
     this._cur = link.idx;
     this.session = r.fields.session;
@@ -242,8 +239,8 @@ class Client extends EventEmitter {
     this._trust = trustOf(Number(r.fields.lease) || 0);
     this._safeUntil = sent + this._ttl;
     this._backoff = BACKOFF_MIN;
-    // A server in jeopardy says * JEOPARDY right after the OK of a resume. So a resume confirms
-    // the holds only through the answer of a heartbeat sent now, which comes after that event.
+    // A server in jeopardy says * JEOPARDY right after the OK of a HELLO: a resume confirms the
+    // holds only with the answer of a heartbeat sent now, which comes after that event.
     if (!resumed) this._confirmed = sent;
     this._jeopardyTo(resumed ? J_HB : 0, 'connection');
     for (const req of this._reqs.values()) if (!req.sent) this._resend(req, resumed);
@@ -280,6 +277,7 @@ class Client extends EventEmitter {
 
   // ---------------------------------------------------------------- session and holds
 
+  // The time within which a heartbeat must be answered: the ttl, or the trust when shorter.
   _period() {
     return this._trust > 0 && this._trust < this._ttl ? this._trust : this._ttl;
   }
@@ -337,7 +335,7 @@ class Client extends EventEmitter {
     this._sessionGone(t >= this._safeUntil ? 'expired' : 'jeopardy');
     if (link) {
       this._onClose(link);
-      link.sock.end('#bye QUIT\n'); // releases the holds if the server still has them
+      link.sock.end(QUIT); // releases the holds if the server still has them
       setTimeout(() => link.sock.destroy(), 2000).unref();
     }
   }
@@ -413,11 +411,13 @@ class Client extends EventEmitter {
     let line = `#${req.tag} ${req.body}`;
     if (req.id) line += ` id=${req.tag}`;
     if (req.wait === Infinity) line += ' wait=inf';
-    else if (req.wait !== undefined) line += ` wait=${Math.max(0, Math.floor(req.wait - (now() - req.started)))}`;
-    if (line.length + 1 > w.LINE_MAX) return this._finish(req, new DlockError('TOOBIG', 'dlock: request too long'));
+    else if (req.wait !== undefined) line += ` wait=${Math.max(0, Math.ceil(req.started + req.wait - now()))}`;
+    if (line.length + 1 > w.LINE_MAX) {
+      this._finish(req, new DlockError('TOOBIG', 'dlock: request longer than max-line'));
+      return;
+    }
     req.sent = true;
     this._link.sock.write(`${line}\n`);
-    return undefined;
   }
 
   _onReply(req, r) {
@@ -426,13 +426,7 @@ class Client extends EventEmitter {
       this._finish(req);
       return;
     }
-    let err = null;
-    if (r.status === 'BUSY') err = req.wait > 0 ? new TimeoutError() : new BusyError(r.fields); // sent again with no wait left
-    else if (r.status === 'TIMEOUT') err = new TimeoutError();
-    else if (r.status === 'ERR' && r.code === 'NOTHELD' && req.hold && req.hold.lost) err = new LostError(req.hold);
-    else if (r.status === 'ERR' && !(r.code === 'NOTHELD' && req.resent)) err = new DlockError(r.code, `dlock: ${r.code} ${r.text}`);
-    else if (r.status !== 'OK' && r.status !== 'ERR') err = new DlockError('PROTO', `dlock: unexpected reply ${r.status}`);
-    // (NOTHELD for a release sent again after a reconnect: the first one did it.)
+    const err = replyError(req, r);
     if (err) {
       this._finish(req, err);
       return;
@@ -462,10 +456,15 @@ class Client extends EventEmitter {
   // The connection broke while req was on its way: it is sent again once connected.
   _onDrop(req) {
     req.sent = false;
-    if (req.quit) this._finish(req);
-    else if (req.verb === 'COUNTDOWN') this._finish(req, new DlockError('CONN', 'dlock: connection lost; COUNTDOWN may or may not have been done'));
-    else if (!req.id && (req.internal || req.abandoned)) this._finish(req);
-    else req.dropped = true;
+    if (req.quit) {
+      this._finish(req);
+    } else if (req.verb === 'COUNTDOWN') {
+      this._finish(req, new DlockError('CONN', 'dlock: connection lost; the COUNTDOWN may have been done'));
+    } else if (!req.id && (req.internal || req.abandoned)) {
+      this._finish(req);
+    } else {
+      req.dropped = true;
+    }
   }
 
   _resend(req, resumed) {
@@ -525,7 +524,8 @@ class Client extends EventEmitter {
   }
 
   _release(hold) {
-    return this._giveBack(hold, `RELEASE ${hold.name} permits=${hold._own ? hold.held : hold.permits}${ownerArg(hold.owner)}`);
+    const permits = hold._own ? hold.held : hold.permits;
+    return this._giveBack(hold, `RELEASE ${hold.name} permits=${permits}${ownerArg(hold.owner)}`);
   }
 
   // ---------------------------------------------------------------- the verbs
@@ -558,7 +558,8 @@ class Client extends EventEmitter {
     this._usable();
     w.checkName(name);
     const who = this._owner(owner);
-    let body = `ACQUIRE ${name} limit=${w.checkCount('limit', limit)} permits=${w.checkCount('permits', permits)}`;
+    let body = `ACQUIRE ${name} limit=${w.checkCount('limit', limit)}`;
+    body += ` permits=${w.checkCount('permits', permits)}`;
     if (lease !== undefined) body += ` lease=${w.checkDuration('lease', lease)}`;
     body += ownerArg(who.owner);
     return this._request(body, {
@@ -608,8 +609,12 @@ class Client extends EventEmitter {
   }
 
   /** Ends the session with QUIT (every hold is released at once) and closes the connection. */
-  async close() {
-    if (this._closing) return;
+  close() {
+    if (!this._closed) this._closed = this._close();
+    return this._closed;
+  }
+
+  async _close() {
     this._closing = true;
     clearTimeout(this._timers.retry);
     clearTimeout(this._timers.due);

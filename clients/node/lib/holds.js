@@ -27,7 +27,8 @@ class Hold extends EventEmitter {
   /** Marks name lost if it is this hold's (token 0: any); the event's info on the first loss. */
   _lose(name, token, reason) {
     const i = this.names.indexOf(name);
-    if (this.released || i < 0 || (token && this.tokens[i] !== token) || this._lostNames.has(name)) return null;
+    if (this.released || i < 0 || (token && this.tokens[i] !== token)) return null;
+    if (this._lostNames.has(name)) return null;
     this._lostNames.add(name);
     if (this.lost) return null;
     this.lost = reason;

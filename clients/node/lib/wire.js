@@ -43,8 +43,8 @@ const NAME = /^[\x21-\x3c\x3e-\x7e]{1,200}$/;
 const VALUE = /^[\x21-\x7e]{0,200}$/;
 
 function checkName(name) {
-  if (typeof name !== 'string' || !NAME.test(name)) throw new TypeError(`dlock: bad name ${JSON.stringify(name)}`);
-  return name;
+  if (typeof name === 'string' && NAME.test(name)) return name;
+  throw new TypeError(`dlock: bad name ${JSON.stringify(name)}`);
 }
 
 function checkValue(what, v) {

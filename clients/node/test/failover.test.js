@@ -1,19 +1,22 @@
 'use strict';
 // failover.test.js - sessions across daemons: a daemon killed under a held lock (the client
-// resumes on the other one, the hold survives with its token, a waiting request is sent again),
-// the operator's KILL (the hold is reported lost), and the trust window running out while no
-// daemon answers (the holds are reported lost before their Redis lease could end).
+// resumes on the other one, the hold survives with its token, a waiting request is sent again);
+// the same after the daemon said JEOPARDY (the other one's answers end it); the operator's KILL
+// (the hold is reported lost); the trust window running out while the daemon cannot reach
+// Redis, then while no daemon answers (the holds are reported lost before their Redis lease
+// could end).
 
 const assert = require('node:assert/strict');
 const { before, after } = require('node:test');
 const dlock = require('..');
-const { Rig, until, once } = require('./rig');
+const { Rig, until, sleep, once } = require('./rig');
 
 const rig = new Rig();
 const clients = [];
-let A;
+let redis;
 let B;
 let C;
+let redisC;
 
 async function client(addrs, name) {
   const c = await dlock.connect(addrs, { name });
@@ -22,10 +25,11 @@ async function client(addrs, name) {
 }
 
 before(async () => {
-  const redis = await rig.redis();
+  redis = await rig.redis();
   // lock-lease 6s: holds are trusted for 3.4 s without an answer, room for a loaded machine.
-  [A, B] = [await rig.dlockd(redis, '--lock-lease', '6s'), await rig.dlockd(redis, '--lock-lease', '6s')];
-  C = await rig.dlockd(await rig.redis(), '--lock-lease', '3s');
+  B = await rig.dlockd(redis, '--lock-lease', '6s');
+  redisC = await rig.redis();
+  C = await rig.dlockd(redisC, '--lock-lease', '3s', '--backend-timeout', '1s');
 });
 
 after(async () => {
@@ -34,6 +38,7 @@ after(async () => {
 });
 
 rig.test('a daemon killed under a held lock: resumed on the other, same token', async () => {
+  const A = await rig.dlockd(redis, '--lock-lease', '6s');
   const c = await client([A.addr, B.addr], 'survivor');
   const other = await client(B.addr, 'other');
   const h = await c.lock('fo');
@@ -60,6 +65,30 @@ rig.test('a daemon killed under a held lock: resumed on the other, same token', 
   await next.unlock();
 }, 60000);
 
+rig.test('JEOPARDY, then its daemon killed: resumed on a daemon in touch with Redis, safe', async () => {
+  const link = await rig.staller(redis.port);
+  const A = await rig.dlockd(link, '--lock-lease', '6s');
+  const c = await client([A.addr, B.addr], 'rescued');
+  const h = await c.lock('rescued');
+  const seen = [];
+  c.on('jeopardy', (why) => seen.push(`jeopardy ${why}`));
+  c.on('safe', () => seen.push('safe'));
+  c.on('lost', (info) => seen.push(`lost ${info.reason}`));
+  const jeopardy = once(c, 'jeopardy');
+  link.stall(); // A cannot renew: it says * JEOPARDY once a renewal call times out
+  assert.equal(await jeopardy, 'backend');
+  const safe = once(c, 'safe');
+  A.proc.kill('SIGKILL');
+  await safe; // B answered the resume, then a heartbeat: the holds are confirmed again
+  await sleep(4500); // longer than the 3.4 s the holds are trusted without a confirmation
+  link.heal();
+  assert.deepEqual(seen, ['jeopardy backend', 'safe']);
+  assert.equal(h.lost, null);
+  const st = await c.status('rescued');
+  assert.deepEqual([st.holders[0].session, st.holders[0].token], [c.session, h.token]);
+  await h.unlock();
+}, 60000);
+
 rig.test("the operator's KILL: the hold is lost (admin), a new session follows", async () => {
   const c = await client(B.addr, 'victim');
   const h = await c.lock('killed');
@@ -78,6 +107,28 @@ rig.test("the operator's KILL: the hold is lost (admin), a new session follows",
   assert.ok(again.token > h.token);
   await again.unlock();
 });
+
+rig.test('Redis stopped: JEOPARDY, then the holds are lost although the daemon answers', async () => {
+  const c = await client(C.addr, 'in-jeopardy');
+  const h = await c.lock('jeopardy');
+  const sid = c.session;
+  const seen = [];
+  c.on('jeopardy', (why) => seen.push(`jeopardy ${why}`));
+  c.on('lost', (info) => seen.push(`lost ${info.reason}`));
+  const lost = once(h, 'lost');
+  redisC.proc.kill('SIGSTOP');
+  try {
+    assert.equal((await lost).reason, 'jeopardy'); // heartbeats answered in jeopardy confirm nothing
+  } finally {
+    redisC.proc.kill('SIGCONT');
+  }
+  assert.deepEqual(seen.slice(0, 2), ['jeopardy backend', 'lost jeopardy']);
+  await assert.rejects(h.unlock(), dlock.LostError);
+  await until('a new session', async () => c.connected && c.session !== sid);
+  const again = await c.lock('jeopardy', { wait: 20000 });
+  assert.ok(again.token > h.token);
+  await again.unlock();
+}, 60000);
 
 rig.test('no daemon answers: the holds are lost when the trust window runs out', async () => {
   const c = await dlock.connect(C.addr, { name: 'stranded', requestTimeout: 1000 });

@@ -103,22 +103,50 @@ class Rig {
     return p;
   }
 
-  /** Starts a redis-server; resolves with its port. */
+  /** Starts a redis-server; resolves with {port, proc}. */
   async redis() {
     const port = await freePort();
-    this.spawn([REDIS, '--port', `${port}`, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
+    const proc = this.spawn([REDIS, '--port', `${port}`, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
       '--dir', this.dir], `redis-${port}.log`);
     await until('redis-server', () => probe(port, 'PING\r\n', '+PONG'));
-    return port;
+    return { port, proc };
   }
 
-  /** Starts a dlockd on redisPort with extra --key value args; resolves with {port, addr, proc}. */
-  async dlockd(redisPort, ...args) {
+  /** Starts a dlockd on redis with extra --key value args; resolves with {port, addr, proc}. */
+  async dlockd(redis, ...args) {
     const port = await freePort();
-    const proc = this.spawn([DLOCKD, '--listen', `127.0.0.1:${port}`, '--redis', `127.0.0.1:${redisPort}`,
+    const proc = this.spawn([DLOCKD, '--listen', `127.0.0.1:${port}`, '--redis', `127.0.0.1:${redis.port}`,
       '--adminpass', ADMINPASS, '--log-level', 'debug', ...args], `dlockd-${port}.log`);
     await until(`dlockd on ${port}`, () => probe(port, 'PING\n', 'OK'));
     return { port, addr: `127.0.0.1:${port}`, proc };
+  }
+
+  /**
+   * A TCP relay to port on a free port: {port, stall(), heal()}. stall() stops forwarding (the
+   * bytes wait, as in a partition), for the connections open and those to come; heal() resumes.
+   */
+  async staller(port) {
+    const socks = new Set();
+    let stalled = false;
+    const server = net.createServer((a) => {
+      const b = net.connect(port, '127.0.0.1');
+      for (const [from, to] of [[a, b], [b, a]]) {
+        socks.add(from);
+        if (stalled) from.pause();
+        from.on('data', (d) => to.write(d));
+        from.on('error', () => {}).on('close', () => {
+          socks.delete(from);
+          to.destroy();
+        });
+      }
+    });
+    server.unref();
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const set = (on) => {
+      stalled = on;
+      for (const x of socks) if (on) x.pause(); else x.resume();
+    };
+    return { port: server.address().port, stall: () => set(true), heal: () => set(false) };
   }
 
   /** A Raw connection authenticated as the operator. */
