@@ -65,6 +65,19 @@ rig.test('a daemon killed under a held lock: resumed on the other, same token', 
   await next.unlock();
 }, 60000);
 
+rig.test('a daemon stopped (BYE reason=shutdown): the session moves on with its holds', async () => {
+  const A = await rig.dlockd(redis, '--lock-lease', '6s');
+  const c = await client([A.addr, B.addr], 'moving');
+  const h = await c.lock('moving');
+  const sid = c.session;
+  const resumed = once(c, 'connect');
+  A.proc.kill('SIGTERM');
+  assert.deepEqual(await resumed, { address: B.addr, session: sid, resumed: true });
+  assert.equal(h.lost, null);
+  assert.equal((await c.status('moving')).holders[0].token, h.token);
+  await h.unlock();
+});
+
 rig.test('JEOPARDY, then its daemon killed: resumed on a daemon in touch with Redis, safe', async () => {
   const link = await rig.staller(redis.port);
   const A = await rig.dlockd(link, '--lock-lease', '6s');

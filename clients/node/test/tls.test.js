@@ -11,7 +11,7 @@ const path = require('node:path');
 const tls = require('node:tls');
 const { before, after } = require('node:test');
 const dlock = require('..');
-const { Rig, once } = require('./rig');
+const { Rig, until, once } = require('./rig');
 
 const rig = new Rig();
 let daemon;
@@ -90,14 +90,24 @@ rig.test('a session over TLS with the files of $DLOCK_TLS_*, resumed after a bro
   assert.deepEqual([st.holders[0].client, st.holders[0].token], ['tls-client', h.token]);
   assert.deepEqual(relay.peers, ['dlock-client']);
   const sid = c.session;
+  const other = await dlock.connect(daemon.addr, { name: 'plain' });
+  const blocker = await other.lock('queued');
+  const waiting = c.lock('queued', { wait: 60000 });
+  await until('queued', async () => (await other.status('queued')).waiters === 1);
   const resumed = once(c, 'connect');
-  for (const s of relay.socks) s.destroy();
+  for (const s of relay.socks) s.destroy(); // the LOCK that waits is sent again, with its id
   assert.deepEqual(await resumed, { address: relay.addr, session: sid, resumed: true });
   assert.deepEqual(relay.peers, ['dlock-client', 'dlock-client']);
   assert.equal(h.lost, null);
+  await blocker.unlock();
+  const got = await waiting;
+  const st2 = await other.status('queued');
+  assert.deepEqual([st2.holders[0].session, st2.holders[0].count, st2.waiters], [sid, 1, 0]);
+  await got.unlock();
   await h.unlock();
   assert.equal((await c.status('over-tls')).type, null);
   await c.close();
+  await other.close();
 });
 
 rig.test('no client certificate, or a server the CA did not sign: no connection', async () => {
