@@ -17,7 +17,7 @@ export type LostReason =
   | (string & {}); // a later server may give others
 
 export interface LostInfo {
-  name: string;                 // the name that was lost (the first one, for several names)
+  name: string;                 // the name whose loss was told (the first, for several at once)
   token: number;                // its fencing token
   reason: LostReason;
   hold: LockHold | SemaphoreHold;

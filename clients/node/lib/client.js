@@ -87,8 +87,9 @@ class Client extends EventEmitter {
       name: opts.name === undefined ? undefined : w.checkValue('client name', opts.name),
       ttl: opts.ttl === undefined ? undefined : w.checkDuration('ttl', opts.ttl),
       password: opts.password === undefined ? undefined : w.checkValue('password', opts.password),
-      connectTimeout: opts.connectTimeout ?? 5000, // one attempt with its HELLO
-      requestTimeout: opts.requestTimeout ?? 5000, // a reply, beyond the request's own wait
+      // one connection attempt with its HELLO; a reply, beyond the request's own wait
+      connectTimeout: w.checkDuration('connectTimeout', opts.connectTimeout ?? 5000),
+      requestTimeout: w.checkDuration('requestTimeout', opts.requestTimeout ?? 5000),
     };
     this._tls = this.addresses.some((a) => a.tls) ? tlsOptions(opts.tls) : undefined;
     this.session = null;      // session id, null before the first HELLO
