@@ -87,6 +87,7 @@ class Client:
         self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
         self._connect_timeout = connect_timeout
         self._reader = self._writer = None
+        self._parted = None  # half-closed after a QUIT, closed at the next drop
         self._task = None
         self._first = None   # a future: the first connection is up (or could not be made)
         self._error = None
@@ -142,7 +143,8 @@ class Client:
         if self._task is None:
             return
         try:
-            await self._call(Request("QUIT", []), closing=True)
+            if self._core.live() or self._core.up:  # else there is no session to end
+                await self._call(Request("QUIT", []), closing=True)
         except Error:
             pass  # the session ends by its ttl
         self._task.cancel()
@@ -224,6 +226,8 @@ class Client:
             if self._writer is not None:
                 self._flush()
                 self._writer.close()
+            if self._parted is not None:
+                self._parted.close()
 
     async def _connect(self):
         if self._core.live() and now() >= self._core.session_end():
@@ -289,7 +293,14 @@ class Client:
         self._flush()
 
     def _drop(self):
-        self._writer.close()
+        if self._parted is not None:
+            self._parted.close()
+            self._parted = None
+        if self._core.drop_now and self._writer.can_write_eof():
+            self._writer.write_eof()  # as dlock.Client does: the server carries out our QUIT
+            self._parted = self._writer
+        else:
+            self._writer.close()
         self._reader = self._writer = None
         self._core.on_drop()
 

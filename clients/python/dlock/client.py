@@ -129,6 +129,7 @@ class Client:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._sock = None
+        self._parted = None  # a socket we half-closed after a QUIT, closed at the next drop
         self._lines = None
         self._stop = False
         self._closed = False
@@ -193,8 +194,10 @@ class Client:
             if self._closed:
                 return
             self._closed = True
+            quit = self._core.live() or self._core.up  # else there is no session to end
         try:
-            self._call(Request("QUIT", []), closing=True)
+            if quit:
+                self._call(Request("QUIT", []), closing=True)
         except Error:
             pass  # the session ends by its ttl
         self._shutdown()
@@ -265,6 +268,8 @@ class Client:
                 self._send()  # a QUIT queued at the last moment
                 self._sock.close()
                 self._sock = None
+            if self._parted is not None:
+                self._parted.close()
 
     def _loop(self):
         backoff = BACKOFF_MIN
@@ -391,7 +396,21 @@ class Client:
             return False
 
     def _drop(self):
-        self._sock.close()
+        if self._parted is not None:
+            self._parted.close()
+            self._parted = None
+        if self._core.drop_now:
+            # Our QUIT ends a session we no longer trust. A close now could make the server
+            # drop the QUIT unread (its replies to what came before would meet a reset):
+            # only our sending side closes, as a half-close asks the server to carry out
+            # what it received; the socket goes with the next drop.
+            try:
+                self._sock.shutdown(socket.SHUT_WR)
+                self._parted = self._sock
+            except OSError:
+                self._sock.close()
+        else:
+            self._sock.close()
         self._sock = None
         with self._mu:
             self._core.on_drop()
