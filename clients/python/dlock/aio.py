@@ -87,6 +87,7 @@ class Client:
         self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
         self._connect_timeout = connect_timeout
         self._reader = self._writer = None
+        self._read = None    # the task reading the next line
         self._parted = None  # half-closed after a QUIT, closed at the next drop
         self._task = None
         self._first = None   # a future: the first connection is up (or could not be made)
@@ -148,10 +149,7 @@ class Client:
         except Error:
             pass  # the session ends by its ttl
         self._task.cancel()
-        try:
-            await self._task
-        except asyncio.CancelledError:
-            pass
+        await asyncio.wait([self._task])
 
     async def __aenter__(self):
         await self.connect()
@@ -176,14 +174,14 @@ class Client:
         self._flush()
         deadline = self._core.deadline(r)
         try:
-            await asyncio.wait_for(done, None if deadline is None else max(deadline - now(), 0))
-        except asyncio.TimeoutError:
-            self._core.abandon(r)
-            raise Error("CONN", "no reply in time" if self._writer else "no connection: %s" % self._error) from None
+            await asyncio.wait([done], timeout=None if deadline is None else max(deadline - now(), 0))
         except asyncio.CancelledError:
             self._core.abandon(r)  # a grant that comes all the same is given back
             self._flush()
             raise
+        if not r.done:
+            self._core.abandon(r)
+            raise Error("CONN", "no reply in time" if self._writer else "no connection: %s" % self._error)
         if r.exc is not None:
             raise r.exc
         return r.result
@@ -208,7 +206,7 @@ class Client:
                 if self._writer is not None:
                     await self._serve()
                 elif self._core.ended:
-                    await asyncio.sleep(60)
+                    return
                 elif await self._connect():
                     backoff = BACKOFF_MIN
                 elif not self._first.done():
@@ -223,6 +221,8 @@ class Client:
                     self._first.set_result(None)
                 self._deliver()
         finally:
+            if self._read is not None:
+                self._read.cancel()
             if self._writer is not None:
                 self._flush()
                 self._writer.close()
@@ -283,16 +283,23 @@ class Client:
         self._flush()
         if self._core.drop_now:
             return self._drop()
-        try:
-            line = await asyncio.wait_for(self._readline(self._reader), wait)
-        except asyncio.TimeoutError:
+        if self._read is None:  # one read at a time, kept across timeouts
+            self._read = asyncio.ensure_future(self._readline(self._reader))
+        done, _ = await asyncio.wait([self._read], timeout=wait)
+        if not done:
             return
-        except (OSError, EOFError, ValueError, asyncio.LimitOverrunError):
+        read, self._read = self._read, None
+        try:
+            line = read.result()
+        except (OSError, EOFError, ValueError):
             return self._drop()
         self._core.on_line(line)
         self._flush()
 
     def _drop(self):
+        if self._read is not None:
+            self._read.cancel()
+            self._read = None
         if self._parted is not None:
             self._parted.close()
             self._parted = None
