@@ -238,7 +238,9 @@ class Core:
         if not sid or ttl <= 0:
             raise Error("PROTO", "bad HELLO reply %r" % line)
         lease = rp.int("lease") / 1000 if "lease" in rp.fields else 0
-        resumed = self.resuming and rp.fields.get("resumed") == "1"
+        resumed = self.resuming and rp.fields.get("resumed") == "1" and sid == self.sid
+        if self.resuming and not resumed:
+            self.session_dead("expired")  # a server that started a new session instead
         self.install(idx, sid, rp.fields.get("secret"), ttl, lease, resumed)
         return None
 
@@ -325,6 +327,11 @@ class Core:
             r.abandoned = True
         else:
             self.reqs.pop(r.tag, None)
+
+    def fail_all(self, exc):
+        """The client stops: every request still outstanding fails with exc."""
+        for r in list(self.reqs.values()):
+            self.finish(r, exc=exc)
 
     def finish(self, r, result=None, exc=None):
         self.reqs.pop(r.tag, None)

@@ -16,7 +16,8 @@ Addr.__doc__ = "One dlockd address: TCP (host, port), TLS (tls=True) or a unix s
 class Error(Exception):
     """A request failed. `code` is the protocol's ERR code (SYNTAX, NOTHELD, BACKEND, ...) or
     one of the library's own: BUSY, TIMEOUT, LOST, CONN (no connection or no reply in time),
-    PROTO (a reply the library does not understand), CLOSED (the client was closed)."""
+    PROTO (a reply the library does not understand), CLOSED (the client was closed), INVAL
+    (a blocking call from a callback)."""
 
     def __init__(self, code, text=""):
         super().__init__("%s %s" % (code, text) if text else code)

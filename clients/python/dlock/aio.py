@@ -90,6 +90,7 @@ class Client:
         self._read = None    # the task reading the next line
         self._parted = None  # half-closed after a QUIT, closed at the next drop
         self._task = None
+        self._callbacks = set()  # tasks of coroutine callbacks
         self._first = None   # a future: the first connection is up (or could not be made)
         self._error = None
         self._closed = False
@@ -150,6 +151,7 @@ class Client:
             pass  # the session ends by its ttl
         self._task.cancel()
         await asyncio.wait([self._task])
+        self._core.fail_all(Error("CLOSED", "the client is closed"))
 
     async def __aenter__(self):
         await self.connect()
@@ -320,6 +322,8 @@ class Client:
             try:
                 res = cb(*args)
                 if asyncio.iscoroutine(res):
-                    asyncio.ensure_future(res)
+                    task = asyncio.ensure_future(res)
+                    self._callbacks.add(task)  # a reference, so that it runs to its end
+                    task.add_done_callback(self._callbacks.discard)
             except Exception:
                 log.exception("dlock: %s callback failed", ev[0])

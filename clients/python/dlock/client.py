@@ -215,6 +215,8 @@ class Client:
         return thread_owner() if owner is None else owner
 
     def _call(self, r, closing=False):
+        if threading.current_thread() is self._thread:
+            raise Error("INVAL", "blocking calls cannot be made from a callback")
         done = threading.Event()
         r.on_done = done.set
         with self._mu:
@@ -263,6 +265,8 @@ class Client:
             log.exception("dlock: the I/O thread failed")
             self._error = Error("PROTO", "the I/O thread failed")
         finally:
+            with self._mu:
+                self._core.fail_all(Error("CLOSED", "the client is closed"))
             self._first.set()
             if self._sock is not None:
                 self._send()  # a QUIT queued at the last moment

@@ -193,10 +193,11 @@ class RigTest(unittest.TestCase):
         return "%s.%s" % (self._testMethodName, name)
 
     def client(self, *daemons, **kw):
-        """A dlock.Client on the daemons given (default A), closed at the end of the test."""
+        """A dlock.Client on the daemons given (default A; or addrs=), closed at the end of the test."""
         kw.setdefault("ttl", 3.0)
         kw.setdefault("name", self._testMethodName[:40])
-        c = dlock.Client([d.addr for d in daemons or (self.a,)], **kw)
+        addrs = kw.pop("addrs", None) or [d.addr for d in daemons or (self.a,)]
+        c = dlock.Client(addrs, **kw)
         self.addCleanup(c.close)
         return c
 

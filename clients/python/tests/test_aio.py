@@ -153,6 +153,20 @@ class Aio(RigTest):
                     self.assertGreater(h2.token, h.token)
         self.run_async(main())
 
+    def test_close_while_waiting(self):
+        async def main():
+            async with self.aclient(self.b) as holder:
+                c = self.aclient()
+                name = self.n("x")
+                await holder.lock(name)
+                waiting = asyncio.ensure_future(c.lock(name, wait=None))
+                await eventually(self.waiters_of(holder, name), what="the LOCK to queue")
+                await c.close()
+                with self.assertRaises(dlock.Error) as cm:
+                    await asyncio.wait_for(waiting, 15)
+                self.assertEqual(cm.exception.code, "CLOSED")
+        self.run_async(main())
+
     def test_closed(self):
         async def main():
             c = self.aclient()

@@ -203,6 +203,56 @@ class Primitives(RigTest):
         self.assertEqual(cm.exception.code, "CLOSED")
         c.close()
 
+    def test_close_while_waiting(self):
+        holder, c = self.client(self.b), dlock.Client(self.a.addr)
+        name = self.n("x")
+        holder.lock(name)
+        errors = []
+
+        def wait_forever():
+            try:
+                c.lock(name, wait=None)
+            except dlock.Error as e:
+                errors.append(e.code)
+
+        t = threading.Thread(target=wait_forever)
+        t.start()
+        wait_until(lambda: self.rig.status(self.a, name)["waiters"] == 1, what="the LOCK to queue")
+        c.close()
+        t.join(15)
+        self.assertEqual(errors, ["CLOSED"])
+
+
+class Connecting(RigTest):
+    def test_unix_socket_and_password(self):
+        path = os.path.join(self.rig.tmp, "d.sock")
+        self.rig.start_dlockd("--listen", "unix:" + path, "--requirepass", "s3cret", "--auth-fail-delay", "10ms")
+        with self.assertRaises(dlock.Error) as cm:
+            dlock.Client("unix:" + path, password="wrong")
+        self.assertEqual(cm.exception.code, "NOAUTH")
+        c = self.client(addrs="unix:" + path, password="s3cret")
+        with c.lock(self.n("x")) as h:
+            self.assertEqual(c.status(self.n("x"))["holders"][0]["token"], h.token)
+
+    def test_blocking_call_in_callback(self):
+        seen = []
+
+        def on_lost(hold):
+            try:
+                c.ping()
+            except dlock.Error as e:
+                seen.append(e.code)
+            try:
+                hold.unlock()  # a lost hold: nothing to wait for
+            except dlock.Lost:
+                seen.append("LOST")
+
+        c = self.client(on_lost=on_lost)
+        c.lock(self.n("x"), lease=0.2)
+        wait_until(lambda: seen, what="the callback")
+        self.assertEqual(seen, ["INVAL", "LOST"])
+        c.ping()
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -90,6 +90,7 @@ class Relay:
         self.loop.call_soon_threadsafe(self.server.close)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        self.loop.close()
 
 
 @unittest.skipIf(shutil.which("openssl") is None, "no openssl command to make certificates")
