@@ -18,10 +18,11 @@ the connection breaks; callers submit Requests. Core keeps the rules of libdlock
 
 import itertools
 import math
+import os
 import threading
 import time
 
-from ._proto import MAX_LINE, Busy, Error, Lost, Reply, Timeout, check_word, ms
+from ._proto import MAX_LINE, Busy, Error, Lost, Reply, Timeout, check_word, ms, parse_addrs
 
 ID_VERBS = ("LOCK", "UNLOCK", "ACQUIRE", "RELEASE")  # the verbs whose repeats dlockd knows by id=
 HB_RING = 16  # heartbeats remembered for their send time
@@ -96,11 +97,11 @@ class Hold:
 
 class Core:
     def __init__(self, addrs, name, ttl, password, request_timeout, hold_class, client):
-        self.addrs = addrs
+        self.addrs = parse_addrs(addrs)
         self.cur = 0               # index of the address the session lives on
-        self.name = name
+        self.name = name if name is None else check_word("name", name)
         self.want_ttl = ttl
-        self.password = password
+        self.password = password or os.environ.get("DLOCK_PASSWORD")
         self.request_timeout = request_timeout
         self.hold_class = hold_class
         self.client = client

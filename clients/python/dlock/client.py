@@ -11,7 +11,7 @@ import threading
 
 from . import _core
 from ._core import Core, Request, now
-from ._proto import Error, check_word, parse_addrs
+from ._proto import Error
 
 log = logging.getLogger("dlock")
 BACKOFF_MIN, BACKOFF_MAX = 0.05, 2.0  # seconds between rounds of connection attempts, doubling
@@ -115,13 +115,9 @@ class Client:
     def __init__(self, addrs=None, name=None, ttl=10.0, *, password=None, on_lost=None, on_jeopardy=None,
                  tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, connect_timeout=5.0,
                  request_timeout=5.0):
-        if name is not None:
-            check_word("name", name)
-        addrs = parse_addrs(addrs)
-        need_tls = any(a.tls for a in addrs)
+        self._core = Core(addrs, name, ttl, password, request_timeout, Hold, self)
+        need_tls = any(a.tls for a in self._core.addrs)
         self._ctx = ssl_context or (tls_context(tls_ca, tls_cert, tls_key) if need_tls else None)
-        self._core = Core(addrs, name, ttl, password or os.environ.get("DLOCK_PASSWORD"), request_timeout,
-                          Hold, self)
         self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
         self._connect_timeout = connect_timeout
         self._mu = threading.Lock()
@@ -268,8 +264,7 @@ class Client:
             with self._mu:
                 self._core.fail_all(Error("CLOSED", "the client is closed"))
             self._first.set()
-            if self._sock is not None:
-                self._send()  # a QUIT queued at the last moment
+            if self._sock is not None and self._send():  # a QUIT queued at the last moment
                 self._sock.close()
                 self._sock = None
             if self._parted is not None:
