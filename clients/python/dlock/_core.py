@@ -70,7 +70,7 @@ class Hold:
     names, tokens, counts: per name; token and count: those of the first name (fencing token,
     reentrancy count or permits held); shared; owner; permits and free (semaphores); lost: a
     threading.Event set when the hold is gone although it was not released, lost_reason
-    (expired, jeopardy, lease, backend, admin, moved)."""
+    (expired, jeopardy, lease, backend, admin, moved; notheld: an unlock found it gone)."""
 
     def __init__(self, client, kind, names, owner, mode, tokens, counts, permits=0, free=None):
         self.kind = kind          # "lock" or "semaphore"
@@ -96,6 +96,8 @@ class Hold:
 
 
 class Core:
+    """One client's session, requests and holds (see the top of this file)."""
+
     def __init__(self, addrs, name, ttl, password, request_timeout, hold_class, client):
         self.addrs = parse_addrs(addrs)
         self.cur = 0               # index of the address the session lives on
@@ -170,7 +172,7 @@ class Core:
         return 60.0 if nxt == math.inf else max(nxt - t, 0.0)
 
     def attempt_deadline(self, connect_timeout):
-        """How long one connection attempt with its HELLO may take from now on."""
+        """The time by which one connection attempt with its HELLO must be done."""
         t = now() + connect_timeout
         return min(t, self.session_end()) if self.live() else t
 

@@ -43,6 +43,7 @@ class Relay:
 
     def __init__(self, target_port, d):
         self.target = target_port
+        self.paused = False  # new connections are closed at once
         self.clients = []
         self.conns = set()
         self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -57,6 +58,9 @@ class Relay:
         self.thread.start()
 
     async def relay(self, reader, writer):
+        if self.paused:
+            writer.transport.abort()
+            return
         cert = writer.get_extra_info("peercert") or {}
         self.clients.append(dict(x[0] for x in cert.get("subject", ())).get("commonName"))
         r2, w2 = await asyncio.open_connection("127.0.0.1", self.target)
@@ -79,14 +83,15 @@ class Relay:
         self.conns.difference_update((writer, w2))
 
     def drop_all(self):
-        """Cuts every relayed connection."""
-        def cut():
+        """Cuts every relayed connection, and returns once it did."""
+        async def cut():
             for w in list(self.conns):
                 w.transport.abort()
-        self.loop.call_soon_threadsafe(cut)
+        asyncio.run_coroutine_threadsafe(cut(), self.loop).result(10)
 
     def stop(self):
-        self.drop_all()
+        if self.loop.is_running():
+            self.drop_all()
         self.loop.call_soon_threadsafe(self.server.close)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
@@ -138,6 +143,26 @@ class Tls(RigTest):
         self.assertEqual([x["token"] for x in self.holders(self.n("x"))], [h.token])
         self.assertFalse(h.lost.is_set())
         h.unlock()
+
+    def test_session_killed_while_away(self):
+        """The client comes back to find its session ended: its resume gets ERR NOSESSION, the
+        hold is reported lost, and it goes on in a new session."""
+        d = self.rig.start_dlockd("--lock-lease", "60s")  # trusted for 34 s: only the resume can lose it
+        relay = Relay(d.port, self.rig.tmp)
+        self.addCleanup(relay.stop)
+        os.environ.update(self.certs)
+        c = dlock.Client("tls://127.0.0.1:%d" % relay.port, ttl=30.0)
+        self.addCleanup(c.close)
+        h = c.lock(self.n("x"))
+        sid = c.session
+        relay.paused = True
+        relay.drop_all()
+        self.assertEqual(self.rig.admin(d, "KILL " + sid), "OK")
+        relay.paused = False
+        self.assertTrue(h.lost.wait(15))
+        self.assertEqual(h.lost_reason, "expired")
+        c.ping()
+        self.assertNotEqual(c.session, sid)
 
     def test_untrusted_server(self):
         os.environ["DLOCK_TLS_CERT"], os.environ["DLOCK_TLS_KEY"] = self.certs["DLOCK_TLS_CERT"], \
