@@ -8,16 +8,14 @@ connection; every asyncio task is its own lock owner, as every thread is with dl
 
 import asyncio
 import itertools
-import logging
 import os
 import weakref
 
-from . import _core
-from ._core import Core, Request, now
+from . import _core, client
+from ._core import Request, now
 from ._proto import Error
-from .client import BACKOFF_MAX, BACKOFF_MIN, READ_MAX, tls_context
+from .client import BACKOFF_MAX, BACKOFF_MIN, READ_MAX
 
-log = logging.getLogger("dlock")
 _owners = itertools.count(1)
 _task_owners = weakref.WeakKeyDictionary()
 
@@ -69,27 +67,21 @@ class Pending:
         await self._hold.__aexit__(et, e, tb)
 
 
-class Client:
+class Client(client.Base):
     """One session with dlockd for the tasks of one event loop; the arguments are those of
     dlock.Client. It connects on `await connect()`, `async with`, or the first request;
     on_lost and on_jeopardy may be coroutine functions."""
 
-    def __init__(self, addrs=None, name=None, ttl=10.0, *, password=None, on_lost=None, on_jeopardy=None,
-                 tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, connect_timeout=5.0,
-                 request_timeout=5.0):
-        self._core = Core(addrs, name, ttl, password, request_timeout, Hold, self)
-        need_tls = any(a.tls for a in self._core.addrs)
-        self._ctx = ssl_context or (tls_context(tls_ca, tls_cert, tls_key) if need_tls else None)
-        self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
-        self._connect_timeout = connect_timeout
+    Hold = Hold
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
         self._reader = self._writer = None
         self._read = None    # the task reading the next line
         self._parted = None  # half-closed after a QUIT, closed at the next drop
         self._task = None
-        self._callbacks = set()  # tasks of coroutine callbacks
+        self._tasks = set()  # tasks of coroutine callbacks
         self._first = None   # a future: the first connection is up (or could not be made)
-        self._error = None
-        self._closed = False
 
     # ------------------------------------------------------------ the public API
 
@@ -117,14 +109,6 @@ class Client:
 
     async def ping(self):
         await self._call(Request("PING", []))
-
-    @property
-    def session(self):
-        return self._core.sid
-
-    @property
-    def jeopardy(self):
-        return bool(self._core.jeopardy)
 
     async def connect(self):
         """Connects (once); raises dlock.Error (code CONN) when no address answers."""
@@ -233,15 +217,12 @@ class Client:
         start, n = self._core.cur, len(self._core.addrs)
         for i in range(n):
             idx = (start + i) % n
-            addr = self._core.addrs[idx]
             deadline = self._core.attempt_deadline(self._connect_timeout)
             try:
                 await asyncio.wait_for(self._attempt(idx), max(deadline - now(), 0.001))
                 return True
-            except Error as e:
-                self._error = e if e.code != "CONN" else Error("CONN", "%s: %s" % (addr.text, e.text))
-            except (OSError, EOFError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
-                self._error = Error("CONN", "%s: %s" % (addr.text, e or type(e).__name__))
+            except (Error, OSError, EOFError, ValueError, asyncio.TimeoutError) as e:
+                self._failed(self._core.addrs[idx], e)
         return False
 
     async def _attempt(self, idx):
@@ -311,15 +292,8 @@ class Client:
 
     def _deliver(self):
         events, self._core.events = self._core.events, []
-        for ev in events:
-            cb, args = (self._on_lost, ev[1:]) if ev[0] == "lost" else (self._on_jeopardy, ev[1:])
-            if cb is None:
-                continue
-            try:
-                res = cb(*args)
-                if asyncio.iscoroutine(res):
-                    task = asyncio.ensure_future(res)
-                    self._callbacks.add(task)  # a reference, so that it runs to its end
-                    task.add_done_callback(self._callbacks.discard)
-            except Exception:
-                log.exception("dlock: %s callback failed", ev[0])
+        for res in self._callbacks(events):
+            if asyncio.iscoroutine(res):
+                task = asyncio.ensure_future(res)
+                self._tasks.add(task)  # a reference, so that it runs to its end
+                task.add_done_callback(self._tasks.discard)

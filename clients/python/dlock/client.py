@@ -98,7 +98,49 @@ def dial(addr, timeout, ctx):
     return sock
 
 
-class Client:
+class Base:
+    """What both clients share: their arguments, the session's properties, the callbacks."""
+
+    def __init__(self, addrs=None, name=None, ttl=10.0, *, password=None, on_lost=None, on_jeopardy=None,
+                 tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, connect_timeout=5.0,
+                 request_timeout=5.0):
+        self._core = Core(addrs, name, ttl, password, request_timeout, self.Hold, self)
+        need_tls = any(a.tls for a in self._core.addrs)
+        self._ctx = ssl_context or (tls_context(tls_ca, tls_cert, tls_key) if need_tls else None)
+        self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
+        self._connect_timeout = connect_timeout
+        self._closed = False
+        self._error = None  # why the last round of connection attempts failed
+
+    @property
+    def session(self):
+        """The session id (public; the secret stays inside)."""
+        return self._core.sid
+
+    @property
+    def jeopardy(self):
+        """True while holds cannot be confirmed: start no new work that relies on them."""
+        return bool(self._core.jeopardy)
+
+    def _failed(self, addr, e):
+        """Notes why a connection attempt to addr failed."""
+        if isinstance(e, Error):
+            self._error = e if e.code != "CONN" else Error("CONN", "%s: %s" % (addr.text, e.text))
+        else:
+            self._error = Error("CONN", "%s: %s" % (addr.text, e or type(e).__name__))
+
+    def _callbacks(self, events):
+        """Runs on_lost and on_jeopardy for events; yields what each returned."""
+        for ev in events:
+            cb = self._on_lost if ev[0] == "lost" else self._on_jeopardy
+            if cb is not None:
+                try:
+                    yield cb(*ev[1:])
+                except Exception:
+                    log.exception("dlock: %s callback failed", ev[0])
+
+
+class Client(Base):
     """One session with dlockd, shared by any number of threads.
 
     addrs: a list of addresses or a DLOCK_ADDR-style string ("HOST:PORT", "unix:PATH",
@@ -112,14 +154,10 @@ class Client:
     Connects at once; raises dlock.Error (code CONN) when no address answers.
     """
 
-    def __init__(self, addrs=None, name=None, ttl=10.0, *, password=None, on_lost=None, on_jeopardy=None,
-                 tls_ca=None, tls_cert=None, tls_key=None, ssl_context=None, connect_timeout=5.0,
-                 request_timeout=5.0):
-        self._core = Core(addrs, name, ttl, password, request_timeout, Hold, self)
-        need_tls = any(a.tls for a in self._core.addrs)
-        self._ctx = ssl_context or (tls_context(tls_ca, tls_cert, tls_key) if need_tls else None)
-        self._on_lost, self._on_jeopardy = on_lost, on_jeopardy
-        self._connect_timeout = connect_timeout
+    Hold = Hold
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
         self._mu = threading.Lock()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -128,9 +166,7 @@ class Client:
         self._parted = None  # a socket we half-closed after a QUIT, closed at the next drop
         self._lines = None
         self._stop = False
-        self._closed = False
         self._first = threading.Event()
-        self._error = None  # why the last round of connection attempts failed
         self._thread = threading.Thread(target=self._run, name="dlock-io", daemon=True)
         self._thread.start()
         self._first.wait()
@@ -173,16 +209,6 @@ class Client:
 
     def ping(self):
         self._call(Request("PING", []))
-
-    @property
-    def session(self):
-        """The session id (public; the secret stays inside)."""
-        return self._core.sid
-
-    @property
-    def jeopardy(self):
-        """True while holds cannot be confirmed: start no new work that relies on them."""
-        return bool(self._core.jeopardy)
 
     def close(self):
         """Ends the session with QUIT (every hold is released at once) and stops the thread."""
@@ -298,14 +324,11 @@ class Client:
             start, n = self._core.cur, len(self._core.addrs)
         for i in range(n):
             idx = (start + i) % n
-            addr = self._core.addrs[idx]
             try:
                 self._attempt(idx)
                 return True
-            except Error as e:
-                self._error = e if e.code != "CONN" else Error("CONN", "%s: %s" % (addr.text, e.text))
-            except (OSError, EOFError, ValueError) as e:  # ssl.SSLError is an OSError
-                self._error = Error("CONN", "%s: %s" % (addr.text, e or type(e).__name__))
+            except (Error, OSError, EOFError, ValueError) as e:  # ssl.SSLError is an OSError
+                self._failed(self._core.addrs[idx], e)
         return False
 
     def _attempt(self, idx):
@@ -426,11 +449,5 @@ class Client:
         """Runs the callbacks for what happened, outside the lock."""
         with self._mu:
             events, self._core.events = self._core.events, []
-        for ev in events:
-            try:
-                if ev[0] == "lost" and self._on_lost:
-                    self._on_lost(ev[1])
-                elif ev[0] == "jeopardy" and self._on_jeopardy:
-                    self._on_jeopardy(ev[1], ev[2])
-            except Exception:
-                log.exception("dlock: %s callback failed", ev[0])
+        for _ in self._callbacks(events):
+            pass
