@@ -454,8 +454,11 @@ static void install(struct dlock *h, int fd, int idx, const struct hello *hl, in
     h->safe_until = hl->sent + hl->ttl;
     if (!resumed || !(h->jeopardy & J_BACKEND))
         h->confirmed = hl->sent; /* it still had the session, and renewed the holds */
-    h->next_hb = dl_now() + period(h) / 3;
-    set_jeopardy(h, J_CONN | J_HB | (resumed ? 0 : J_BACKEND), 0, NULL);
+    /* A JEOPARDY heard from an earlier connection is not this dlockd's: one in jeopardy says so
+     * right after the HELLO's OK, before any answer. After one, the answer to a heartbeat sent
+     * now confirms the holds again. */
+    h->next_hb = resumed && (h->jeopardy & J_BACKEND) ? dl_now() : dl_now() + period(h) / 3;
+    set_jeopardy(h, J_CONN | J_HB | J_BACKEND, 0, NULL);
     for (r = h->reqs; r; r = next) {
         next = r->next;
         if (!r->done && r->gen == 0)

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -68,10 +69,51 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
         conn_free(c, c->close_reason);
 }
 
+/* 1 when line (len bytes, tagged or not) is a QUIT. */
+static int is_quit(const char *line, size_t len)
+{
+    const char *p = line, *end = line + len;
+
+    if (p < end && *p == '#') {
+        while (p < end && *p != ' ')
+            p++;
+        while (p < end && *p == ' ')
+            p++;
+    }
+    return end - p >= 4 && strncasecmp(p, "QUIT", 4) == 0 && (end - p == 4 || p[4] == ' ' || p[4] == '\r');
+}
+
+/*
+ * c goes without reading what it sent (its peer reset, or it read nothing
+ * of its replies): a QUIT among the lines it sent still ends its session,
+ * at once, rather than leaving its holds for a session ttl. Nothing else of
+ * them is carried out.
+ */
+static void quit_unread(struct conn *c, const char *p, const char *end)
+{
+    struct queued *q;
+    int quit = 0;
+
+    TAILQ_FOREACH(q, &c->queued, link)
+        quit = quit || is_quit(q->line, q->len);
+    while (!quit && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (nl == NULL)
+            break;
+        quit = is_quit(p, (size_t)(nl - p));
+        p = nl + 1;
+    }
+    if (quit && c->authed && c->quit == NULL && c->session) {
+        log_debug("c%llu: gone with a QUIT unread: its session ends", (unsigned long long)c->id);
+        session_end(c->session, SESSION_QUIT);
+    }
+}
+
 /* Stops reading c and drops the replies it has not taken. */
 static void cut(struct conn *c, const char *reason)
 {
     conn_state(c, CONN_CLOSING);
+    c->cut = 1;
     event_del(c->readable);
     if (c->writable)
         event_free(c->writable);
@@ -701,6 +743,8 @@ static void feed(struct conn *c, const char *data, size_t len)
             break;
         take_line(c, p, (size_t)(nl - p));
         p = nl + 1;
+        if (c->state == CONN_CLOSING && c->cut)
+            quit_unread(c, p, end); /* a reply it did not take cut it */
     }
     if (c->state != CONN_CLOSING && p < end) {
         c->partlen = (size_t)(end - p);
@@ -767,6 +811,8 @@ static void conn_free(struct conn *c, const char *reason)
         log_debug("c%llu: %s", (unsigned long long)c->id, reason);
     conn_state(c, CONN_CLOSING);
     tell_running(c, 0);
+    if (!TAILQ_EMPTY(&c->queued))
+        quit_unread(c, NULL, NULL);
     while ((q = TAILQ_FIRST(&c->queued)) != NULL) {
         TAILQ_REMOVE(&c->queued, q, link);
         d->nqueued -= !q->limited;

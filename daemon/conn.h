@@ -75,6 +75,7 @@ struct conn {
     int auth_failures;        /* wrong passwords so far */
     int untagged_busy;        /* an untagged request is being served */
     enum conn_state state;    /* moved only by conn_state */
+    int cut;                  /* closed on a socket error or the output limit: nothing more is written */
     int eof;                  /* the client sent no more: finish what it sent, then close; apart
                                * from state, since a client may half-close whether QUIT ran or not */
     int advancing;            /* in d->advancing (a list mark, not a state: any state may advance) */
