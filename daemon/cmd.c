@@ -148,11 +148,16 @@ struct hello_wait {
     int resumed;
 };
 
-/* Sends the OK of a HELLO, then what the session must hear at once. */
+static void hello_attach(struct req *r, struct session *s);
+
+/* Sends the OK of a HELLO, then what the session must hear at once. A resumed
+ * session comes to r's connection only now: what it is told comes after the OK. */
 static void hello_answer(struct req *r, struct session *s, const char *secret, int resumed)
 {
     struct conn *c = r->c;
 
+    if (resumed)
+        hello_attach(r, s);
     req_reply(r, "OK", "session=%s secret=%s ttl=%lld proto=%d server=dlockd/%s resumed=%d lease=%lld", s->id,
               secret, (long long)s->ttl, PROTO_VERSION, PACKAGE_VERSION, resumed, (long long)c->d->cfg.lock_lease);
     /* A session that (re)attaches while holds cannot be renewed must not take its heartbeats for safety. */
@@ -162,17 +167,6 @@ static void hello_answer(struct req *r, struct session *s, const char *secret, i
         conn_resumed(c);
         record_told(s);
     }
-}
-
-static void hello_gone(struct req *r)
-{
-    struct hello_wait *hw = r->ctx;
-
-    /* After EOF what was sent is still answered: only a closing connection drops it. */
-    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
-        return;
-    hw->r = NULL;
-    req_drop(r);
 }
 
 static void on_record_written(struct dlockd *d, int result, void *arg)
@@ -185,10 +179,10 @@ static void on_record_written(struct dlockd *d, int result, void *arg)
         r->gone = NULL;
         if (s && result != RECORD_REFUSED)
             hello_answer(r, s, hw->secret, hw->resumed);
-        else if (s)
-            req_err(r, PROTO_ENOSESSION, "the session is another daemon's now");
+        else if (s && !hw->resumed)
+            req_drop(r); /* its connection hears BYE reason=moved (record_put) */
         else
-            req_err(r, PROTO_ENOSESSION, "session ended");
+            req_err(r, PROTO_ENOSESSION, "%s", s ? "the session is another daemon's now" : "session ended");
     }
     explicit_bzero(hw->secret, sizeof(hw->secret));
     free(hw);
@@ -221,8 +215,7 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     snprintf(hw->secret, sizeof(hw->secret), "%s", secret);
     /* Its record says which daemon has it now: one that had it before lets go. */
     if (!written && record_put(s, NULL, on_record_written, hw) == 0) {
-        r->gone = hello_gone;
-        r->ctx = hw;
+        req_await(r, &hw->r);
         return;
     }
     free(hw);
@@ -269,7 +262,6 @@ static void hello_local(struct req *r)
         refuse_later(r, PROTO_ENOSESSION);
         return;
     }
-    hello_attach(r, s);
     hello_reply(r, s, r->pr.secret, 1, 0);
 }
 

@@ -380,6 +380,21 @@ void req_err(struct req *r, enum proto_err e, const char *fmt, ...)
         free(body);
 }
 
+static void slot_gone(struct req *r)
+{
+    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
+        return;
+    *(struct req **)r->ctx = NULL;
+    req_drop(r);
+}
+
+void req_await(struct req *r, struct req **slot)
+{
+    *slot = r;
+    r->ctx = slot;
+    r->gone = slot_gone;
+}
+
 void req_drop(struct req *r)
 {
     if (r->holds > 0)

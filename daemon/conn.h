@@ -122,6 +122,12 @@ void req_send(struct req *r, const char *body);
 /* Ends r without a reply (its connection is gone). */
 void req_drop(struct req *r);
 /*
+ * r's answer waits for something that keeps r in *slot: when r's
+ * connection closes, *slot becomes NULL and r is dropped; after a
+ * half-close what was sent is still answered.
+ */
+void req_await(struct req *r, struct req **slot);
+/*
  * Holds r's answer (and its end) until as many req_unhold: for a request
  * whose answer must follow what it undoes in Redis. r stays allocated.
  */

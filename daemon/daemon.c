@@ -44,17 +44,6 @@ struct quitting {
     struct req *r;
 };
 
-static void quit_gone(struct req *r)
-{
-    struct quitting *q = r->ctx;
-
-    /* After EOF what was sent is still answered: only a closing connection drops it. */
-    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
-        return;
-    q->r = NULL;
-    req_drop(r);
-}
-
 static void on_quit_read(struct dlockd *d, const struct contract_record *rec, int answered, void *arg)
 {
     struct quitting *q = arg;
@@ -92,8 +81,7 @@ static void session_quit(struct session *s, struct req *r)
         on_quit_read(d, NULL, 0, q);
         return;
     }
-    r->gone = quit_gone;
-    r->ctx = q;
+    req_await(r, &q->r);
 }
 
 static void session_forget(struct session *s)

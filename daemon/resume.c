@@ -74,17 +74,6 @@ int resume_taking(const char *sid)
     return taking && dict_get(taking, sid);
 }
 
-static void resume_gone(struct req *r)
-{
-    struct resume *rs = r->ctx;
-
-    /* After EOF what was sent is still answered: only a closing connection drops it. */
-    if (r->c && r->c->eof && r->c->state != CONN_CLOSING)
-        return;
-    rs->r = NULL;
-    req_drop(r);
-}
-
 /* Takes the request back from rs: it is answered now. */
 static struct req *take(struct resume *rs)
 {
@@ -490,8 +479,7 @@ void resume_from_record(struct req *r, const char *sid, const struct resume_answ
             req_err(r, PROTO_EBACKEND, "%s", "Redis is not reachable");
         return;
     }
-    r->gone = resume_gone;
-    r->ctx = rs;
+    req_await(r, &rs->r);
 }
 
 static int free_one(const char *key, void *val, void *arg)

@@ -3,188 +3,17 @@
  * claimed the record, and a QUIT is answered OK only when the session ended everywhere. Each
  * test states the property it checks and how it is broken. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
 
 #include "harness.h"
-
-/* ---- a TCP proxy in front of Redis: when a daemon sends a chunk naming pattern it either holds
- * back the answers on that connection (PX_HOLD), or drops the chunk, cuts the connection and
- * refuses connections for blackout_ms (PX_CUT: the daemon's link is down meanwhile). */
-
-enum { PX_HOLD = 1, PX_CUT = 2 };
-
-struct proxy_ctl {
-    volatile int armed;       /* PX_HOLD or PX_CUT: what the next chunk naming pattern triggers */
-    char pattern[32];
-    volatile int triggered;   /* the pattern was seen */
-    volatile int release;     /* deliver what was held, then forward as usual */
-    volatile int blackout_ms;
-    volatile int64_t dark_until;
-};
-
-struct proxy {
-    pid_t pid;
-    int port;
-    struct proxy_ctl *ctl;
-};
-
-#define PX_MAX 16
-
-static void proxy_run(int lfd, int target, struct proxy_ctl *ctl)
-{
-    int cfd[PX_MAX], rfd[PX_MAX], held[PX_MAX], n = 0;
-    char *hbuf[PX_MAX];
-    size_t hlen[PX_MAX];
-
-    memset(hbuf, 0, sizeof(hbuf));
-    memset(hlen, 0, sizeof(hlen));
-    for (;;) {
-        struct pollfd p[1 + 2 * PX_MAX];
-        int np = 0;
-
-        p[np++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
-        for (int i = 0; i < n; i++) {
-            p[np++] = (struct pollfd){ .fd = cfd[i], .events = POLLIN };
-            p[np++] = (struct pollfd){ .fd = rfd[i], .events = POLLIN };
-        }
-        poll(p, (nfds_t)np, 20);
-        if (ctl->release) {
-            for (int i = 0; i < n; i++)
-                if (held[i]) {
-                    if (hlen[i])
-                        (void)!write(cfd[i], hbuf[i], hlen[i]);
-                    free(hbuf[i]);
-                    hbuf[i] = NULL;
-                    hlen[i] = 0;
-                    held[i] = 0;
-                }
-            ctl->release = 0;
-        }
-        if ((p[0].revents & POLLIN) && n < PX_MAX) {
-            int c = accept(lfd, NULL, NULL);
-            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)target),
-                                      .sin_addr.s_addr = htonl(0x7f000001) };
-            int r = socket(AF_INET, SOCK_STREAM, 0);
-            if (c >= 0 && h_now_ms() >= ctl->dark_until && connect(r, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-                cfd[n] = c;
-                rfd[n] = r;
-                held[n] = 0;
-                n++;
-            } else {
-                close(c);
-                close(r);
-            }
-        }
-        for (int i = 0; i < n; i++) {
-            char buf[65536];
-            ssize_t k;
-            short ce = p[1 + 2 * i].revents, re = p[2 + 2 * i].revents;
-            int dead = h_now_ms() < ctl->dark_until;
-
-            if (!dead && (ce & (POLLIN | POLLHUP | POLLERR))) {
-                if ((k = read(cfd[i], buf, sizeof(buf))) <= 0) {
-                    dead = 1;
-                } else {
-                    int hit = ctl->armed && memmem(buf, (size_t)k, ctl->pattern, strlen(ctl->pattern));
-                    if (hit && ctl->armed == PX_CUT) {
-                        ctl->dark_until = h_now_ms() + ctl->blackout_ms;
-                        dead = 1;
-                    } else if (hit) {
-                        held[i] = 1;
-                    }
-                    if (hit) {
-                        ctl->armed = 0;
-                        ctl->triggered = 1;
-                    }
-                    if (!dead)
-                        (void)!write(rfd[i], buf, (size_t)k);
-                }
-            }
-            if (!dead && (re & (POLLIN | POLLHUP | POLLERR))) {
-                if ((k = read(rfd[i], buf, sizeof(buf))) <= 0) {
-                    dead = 1;
-                } else if (held[i]) {
-                    hbuf[i] = realloc(hbuf[i], hlen[i] + (size_t)k);
-                    memcpy(hbuf[i] + hlen[i], buf, (size_t)k);
-                    hlen[i] += (size_t)k;
-                } else {
-                    (void)!write(cfd[i], buf, (size_t)k);
-                }
-            }
-            if (dead) {
-                close(cfd[i]);
-                close(rfd[i]);
-                free(hbuf[i]);
-                cfd[i] = cfd[n - 1];
-                rfd[i] = rfd[n - 1];
-                held[i] = held[n - 1];
-                hbuf[i] = hbuf[n - 1];
-                hlen[i] = hlen[n - 1];
-                hbuf[n - 1] = NULL;
-                n--;
-                i--;
-            }
-        }
-    }
-}
-
-static struct proxy proxy_start(int target)
-{
-    struct proxy px = { 0 };
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
-
-    px.ctl = mmap(NULL, sizeof(*px.ctl), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert(px.ctl != MAP_FAILED);
-    memset((void *)px.ctl, 0, sizeof(*px.ctl));
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    px.port = h_free_port();
-    sa.sin_port = htons((uint16_t)px.port);
-    ck_assert(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 16) == 0);
-    if ((px.pid = fork()) == 0) {
-        signal(SIGTERM, SIG_DFL);
-        proxy_run(lfd, target, px.ctl);
-        _exit(0);
-    }
-    close(lfd);
-    return px;
-}
-
-static void proxy_arm(struct proxy *px, int how, const char *pattern, int blackout_ms)
-{
-    snprintf(px->ctl->pattern, sizeof(px->ctl->pattern), "%s", pattern);
-    px->ctl->blackout_ms = blackout_ms;
-    px->ctl->triggered = 0;
-    px->ctl->armed = how;
-}
-
-static void proxy_stop(struct proxy *px)
-{
-    if (px->pid > 0) {
-        kill(px->pid, SIGKILL);
-        waitpid(px->pid, NULL, 0);
-        px->pid = 0;
-    }
-}
-
-static int wait_flag(volatile int *flag, int want, int ms)
-{
-    for (int64_t end = h_now_ms() + ms; h_now_ms() < end; h_sleep_ms(5))
-        if (*flag == want)
-            return 1;
-    return *flag == want;
-}
+#include "proxy.h"
 
 /* Closes c's socket and keeps the struct (its session and secret) readable. */
 static __attribute__((unused)) void drop_conn(struct h_conn *c)
@@ -219,7 +48,7 @@ static void show_state(const char *why, const char *sid, const char *name)
  */
 START_TEST(test_claim_cut_then_dirty_renewal)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "1s"));
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *b = H_CLIENT(D, "name=bob");
     struct h_conn *n = H_CONNECT(d2->port);
@@ -227,9 +56,9 @@ START_TEST(test_claim_cut_then_dirty_renewal)
     int granted;
 
     H_LOCK_NEW(a, "x");
-    proxy_arm(&px, PX_CUT, "put", 2500);
+    h_proxy_arm(&px, H_PX_CUT, "put", 2500);
     h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert_msg(wait_flag(&px.ctl->triggered, 1, 5000), "d2 sent no claim");
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "d2 sent no claim");
     r = h_reply(n, 10000);
     fprintf(stderr, "the resume: %s\n", r ? r : "(none)");
     h_sleep_ms(500);
@@ -241,7 +70,7 @@ START_TEST(test_claim_cut_then_dirty_renewal)
     fprintf(stderr, "bob's LOCK x: %s\n", r ? r : "(none)");
     r = h_request(a, 3000, "STATUS x");
     fprintf(stderr, "alice (on D) STATUS x: %s\n", r ? r : "(none)");
-    proxy_stop(&px);
+    h_proxy_stop(&px);
     ck_assert_msg(!granted, "x granted to bob while alice's session holds it on D: %s", r);
 }
 END_TEST
@@ -293,7 +122,7 @@ END_TEST
  */
 START_TEST(test_claim_cut_copy_expires)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "1s"));
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=2s"), *b = H_CLIENT(D, "name=bob");
     struct h_conn *n = H_CONNECT(d2->port);
@@ -301,9 +130,9 @@ START_TEST(test_claim_cut_copy_expires)
     int granted;
 
     H_LOCK_NEW(a, "x");
-    proxy_arm(&px, PX_CUT, "put", 5000);
+    h_proxy_arm(&px, H_PX_CUT, "put", 5000);
     h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert_msg(wait_flag(&px.ctl->triggered, 1, 5000), "d2 sent no claim");
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "d2 sent no claim");
     for (int i = 0; i < 8; i++) { /* alice stays with D; the blackout ends, d2 is back */
         ck_assert(h_request(a, 3000, "PING") != NULL);
         h_sleep_ms(1000);
@@ -320,7 +149,7 @@ START_TEST(test_claim_cut_copy_expires)
     granted = r && h_match(r, "OK token=%d count=1");
     fprintf(stderr, "bob's LOCK x after alice's UNLOCK and QUIT: %s\n", r ? r : "(none)");
     show_state("at the end", a->session, "x");
-    proxy_stop(&px);
+    h_proxy_stop(&px);
     ck_assert_msg(granted, "x still taken 5 s after its holder unlocked it and quit (UNLOCK: %s)", u ? u : "(none)");
 }
 END_TEST

@@ -2,166 +2,17 @@
  * takeovers of one session on several daemons, shutdowns in the middle of a takeover, and
  * pipelining behind a resuming HELLO. Each test states the property it checks. */
 #include <errno.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
 
 #include "harness.h"
-
-/* ---- a TCP proxy in front of Redis that can hold back the answer to an ADOPT call */
-
-struct proxy_ctl {
-    volatile int armed;    /* the next upstream chunk that names "adopt" holds its connection's answers */
-    volatile int holding;  /* answers are held on one connection */
-    volatile int release;  /* deliver what was held, then forward as usual */
-};
-
-struct proxy {
-    pid_t pid;
-    int port;
-    struct proxy_ctl *ctl;
-};
-
-#define PX_MAX 16
-
-static void proxy_run(int lfd, int target, struct proxy_ctl *ctl)
-{
-    int cfd[PX_MAX], rfd[PX_MAX], held[PX_MAX], n = 0;
-    char *hbuf[PX_MAX];
-    size_t hlen[PX_MAX];
-
-    memset(hbuf, 0, sizeof(hbuf));
-    memset(hlen, 0, sizeof(hlen));
-    for (;;) {
-        struct pollfd p[1 + 2 * PX_MAX];
-        int np = 0;
-
-        p[np++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
-        for (int i = 0; i < n; i++) {
-            p[np++] = (struct pollfd){ .fd = cfd[i], .events = POLLIN };
-            p[np++] = (struct pollfd){ .fd = rfd[i], .events = POLLIN };
-        }
-        poll(p, (nfds_t)np, 20);
-        if (ctl->release) {
-            for (int i = 0; i < n; i++)
-                if (held[i]) {
-                    if (hlen[i])
-                        (void)!write(cfd[i], hbuf[i], hlen[i]);
-                    free(hbuf[i]);
-                    hbuf[i] = NULL;
-                    hlen[i] = 0;
-                    held[i] = 0;
-                }
-            ctl->holding = 0;
-        }
-        if ((p[0].revents & POLLIN) && n < PX_MAX) {
-            int c = accept(lfd, NULL, NULL);
-            struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)target),
-                                      .sin_addr.s_addr = htonl(0x7f000001) };
-            int r = socket(AF_INET, SOCK_STREAM, 0);
-            if (c >= 0 && connect(r, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-                cfd[n] = c;
-                rfd[n] = r;
-                held[n] = 0;
-                n++;
-            } else {
-                close(c);
-                close(r);
-            }
-        }
-        for (int i = 0; i < n; i++) {
-            char buf[65536];
-            ssize_t k;
-            short ce = p[1 + 2 * i].revents, re = p[2 + 2 * i].revents;
-            int dead = 0;
-
-            if (ce & (POLLIN | POLLHUP | POLLERR)) {
-                if ((k = read(cfd[i], buf, sizeof(buf))) <= 0) {
-                    dead = 1;
-                } else {
-                    if (ctl->armed && memmem(buf, (size_t)k, "adopt", 5)) {
-                        ctl->armed = 0;
-                        ctl->holding = 1;
-                        held[i] = 1;
-                    }
-                    (void)!write(rfd[i], buf, (size_t)k);
-                }
-            }
-            if (!dead && (re & (POLLIN | POLLHUP | POLLERR))) {
-                if ((k = read(rfd[i], buf, sizeof(buf))) <= 0) {
-                    dead = 1;
-                } else if (held[i]) {
-                    hbuf[i] = realloc(hbuf[i], hlen[i] + (size_t)k);
-                    memcpy(hbuf[i] + hlen[i], buf, (size_t)k);
-                    hlen[i] += (size_t)k;
-                } else {
-                    (void)!write(cfd[i], buf, (size_t)k);
-                }
-            }
-            if (dead) {
-                close(cfd[i]);
-                close(rfd[i]);
-                free(hbuf[i]);
-                cfd[i] = cfd[n - 1];
-                rfd[i] = rfd[n - 1];
-                held[i] = held[n - 1];
-                hbuf[i] = hbuf[n - 1];
-                hlen[i] = hlen[n - 1];
-                hbuf[n - 1] = NULL;
-                n--;
-                i--;
-            }
-        }
-    }
-}
-
-static struct proxy proxy_start(int target)
-{
-    struct proxy px = { 0 };
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000001) };
-    int one = 1, lfd = socket(AF_INET, SOCK_STREAM, 0);
-
-    px.ctl = mmap(NULL, sizeof(*px.ctl), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    ck_assert(px.ctl != MAP_FAILED);
-    memset((void *)px.ctl, 0, sizeof(*px.ctl));
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    px.port = h_free_port();
-    sa.sin_port = htons((uint16_t)px.port);
-    ck_assert(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 16) == 0);
-    if ((px.pid = fork()) == 0) {
-        signal(SIGTERM, SIG_DFL);
-        proxy_run(lfd, target, px.ctl);
-        _exit(0);
-    }
-    close(lfd);
-    return px;
-}
-
-static void proxy_stop(struct proxy *px)
-{
-    if (px->pid > 0) {
-        kill(px->pid, SIGKILL);
-        waitpid(px->pid, NULL, 0);
-        px->pid = 0;
-    }
-}
-
-static int wait_flag(volatile int *flag, int want, int ms)
-{
-    for (int64_t end = h_now_ms() + ms; h_now_ms() < end; h_sleep_ms(5))
-        if (*flag == want)
-            return 1;
-    return *flag == want;
-}
+#include "proxy.h"
 
 /* Closes c's socket and keeps the struct (its session and secret) readable. */
 static void drop_conn(struct h_conn *c)
@@ -207,7 +58,7 @@ static void assert_clean_log(const struct h_dlockd *d)
  */
 START_TEST(test_two_takeovers_interleaved)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     const char *const *args = H_ARGS("--backend-timeout", "10s");
     struct h_dlockd *d2 = h_dlockd_start(px.port, args), *d3 = h_dlockd_start(R->port, args);
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *other = H_CLIENT(D, "name=other");
@@ -218,13 +69,13 @@ START_TEST(test_two_takeovers_interleaved)
     H_LOCK_NEW(a, "x");
     drop_conn(a); /* the client reconnects; the session waits for it on D */
     h_sleep_ms(200);
-    px.ctl->armed = 1;
+    h_proxy_arm(&px, H_PX_HOLD, "adopt", 0);
     h_send(n2, "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert_msg(wait_flag(&px.ctl->holding, 1, 5000), "d2 sent no ADOPT");
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "d2 sent no ADOPT");
     h_sleep_ms(100); /* d2's ADOPT ran in Redis: x is d2's; its answer is held */
     h_send(n3, "HELLO session=%s secret=%s", a->session, a->secret);
     H_REPLY(n3, "ERR BACKEND%*", 5000); /* x is d2's already: another takeover is under way */
-    px.ctl->release = 1;   /* d2 hears its ADOPT succeeded, and claims the record */
+    h_proxy_release(&px);   /* d2 hears its ADOPT succeeded, and claims the record */
     r = h_reply(n2, 5000);
     ck_assert_msg(r != NULL, "d2's HELLO: no answer");
     h_sleep_ms(500); /* d3 hears "M" and lets go */
@@ -239,7 +90,7 @@ START_TEST(test_two_takeovers_interleaved)
                 r ? r : "(none)", holds);
         free(holds);
     }
-    proxy_stop(&px);
+    h_proxy_stop(&px);
     ck_assert_msg(!granted, "x granted to another client while the resumed session holds it: %s", r);
 }
 END_TEST
@@ -251,7 +102,7 @@ END_TEST
  */
 START_TEST(test_kill_and_resume_interleaved)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     const char *const *args = H_ARGS("--backend-timeout", "10s", "--adminpass", "op-secret");
     struct h_dlockd *d1 = h_dlockd_start(R->port, args);
     struct h_dlockd *d2 = h_dlockd_start(R->port, args), *d3 = h_dlockd_start(px.port, args);
@@ -264,13 +115,13 @@ START_TEST(test_kill_and_resume_interleaved)
     drop_conn(a);
     h_sleep_ms(200);
     H_REQ(op, "OK", "AUTH op-secret");
-    px.ctl->armed = 1;
+    h_proxy_arm(&px, H_PX_HOLD, "adopt", 0);
     h_send(n3, "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert_msg(wait_flag(&px.ctl->holding, 1, 5000), "d3 sent no ADOPT");
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "d3 sent no ADOPT");
     h_sleep_ms(100);
     h_send(op, "KILL %s", a->session);
     k = H_REPLY(op, "ERR BACKEND%*", 5000); /* x is d3's already: the resume goes first */
-    px.ctl->release = 1;
+    h_proxy_release(&px);
     r = h_reply(n3, 5000);
     ck_assert_msg(r != NULL, "d3's HELLO: no answer");
     h_sleep_ms(500);
@@ -283,11 +134,11 @@ START_TEST(test_kill_and_resume_interleaved)
         h_send(other, "LOCK x");
         r = h_reply(other, 5000);
         granted = r && h_match(r, "OK token=%d count=1");
-        proxy_stop(&px);
+        h_proxy_stop(&px);
         ck_assert_msg(!granted, "KILL answered OK, the session lives on d3 with x, and x is granted to another: %s",
                       r);
     }
-    proxy_stop(&px);
+    h_proxy_stop(&px);
 }
 END_TEST
 
@@ -320,18 +171,18 @@ END_TEST
 /* SIGTERM while ADOPT calls are in flight (Redis stopped right after the record was read). */
 START_TEST(test_sigterm_during_adopt)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "10s"));
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
     int st;
 
     H_LOCK_NEW(a, "w1");
-    px.ctl->armed = 1;
+    h_proxy_arm(&px, H_PX_HOLD, "adopt", 0);
     h_send(n, "HELLO session=%s secret=%s\n#p PING\nLOCK w2\nQUIT", a->session, a->secret);
-    ck_assert(wait_flag(&px.ctl->holding, 1, 5000));
+    ck_assert(h_proxy_triggered(&px, 5000));
     h_sleep_ms(100);
     st = h_dlockd_stop(d2);
-    proxy_stop(&px);
+    h_proxy_stop(&px);
     fprintf(stderr, "d2 exit status %d\n", st);
     assert_clean_log(d2);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "d2 exit status %d", st);
@@ -378,7 +229,7 @@ END_TEST
  * expired and its client was told LOST. */
 START_TEST(test_handback_to_expired_session)
 {
-    struct proxy px = proxy_start(R->port);
+    struct h_proxy px = h_proxy_start(R->port);
     struct h_dlockd *d2 = h_dlockd_start(px.port, H_ARGS("--backend-timeout", "1500ms"));
     struct h_conn *a = H_CLIENT(D, "name=alice ttl=2s"), *b = H_CLIENT(D, "name=bob ttl=60s");
     struct h_conn *n = H_CONNECT(d2->port);
@@ -388,12 +239,12 @@ START_TEST(test_handback_to_expired_session)
     H_LOCK_NEW(a, "e");
     drop_conn(a);
     h_sleep_ms(1000);
-    px.ctl->armed = 1;
+    h_proxy_arm(&px, H_PX_HOLD, "adopt", 0);
     h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
-    ck_assert(wait_flag(&px.ctl->holding, 1, 5000));
+    ck_assert(h_proxy_triggered(&px, 5000));
     r = h_reply(n, 8000); /* the ADOPT is not answered: handed back, then ERR BACKEND */
     fprintf(stderr, "the resume: %s\n", r ? r : "(none)");
-    px.ctl->release = 1;
+    h_proxy_release(&px);
     h_sleep_ms(500);
     t0 = h_now_ms();
     h_send(b, "LOCK e wait=40s");
@@ -407,7 +258,7 @@ START_TEST(test_handback_to_expired_session)
         free(t);
     }
     fprintf(stderr, "e granted after %lld ms: %s\n", (long long)(h_now_ms() - t0), r ? r : "(none)");
-    proxy_stop(&px);
+    h_proxy_stop(&px);
     ck_assert_msg(r && h_now_ms() - t0 < 3000, "e stayed taken %lld ms after its session expired",
                   (long long)(h_now_ms() - t0));
 }

@@ -9,6 +9,7 @@
 #include <check.h>
 
 #include "harness.h"
+#include "proxy.h"
 
 /* The OK of a resume of c's session. */
 static void expect_resumed(struct h_conn *n, const struct h_conn *c)
@@ -113,6 +114,30 @@ START_TEST(test_quit_on_old_daemon_after_resume)
     H_REQ(n, pat, "LOCK q");
     H_REQ(n, "OK count=0", "UNLOCK q all");
     H_REQ(n, "OK", "QUIT");
+}
+END_TEST
+
+/* A local resume whose record write waits for Redis moves the session only with its OK: an
+ * event of the session meanwhile goes to its old connection, never before the OK to the new
+ * one (the chaos client read a LOST there that it then counted for the wrong session). */
+START_TEST(test_local_resume_events_after_ok)
+{
+    struct h_proxy px = h_proxy_start(R->port);
+    struct h_dlockd *d2 = h_dlockd_start(px.port, NULL);
+    struct h_conn *a = H_CLIENT(d2, "name=alice ttl=30s"), *n = H_CONNECT(d2->port);
+    const char *r;
+
+    H_REQ(a, "OK token=%d count=1", "LOCK e lease=1500ms");
+    h_proxy_arm(&px, H_PX_HOLD, "put", 0);
+    h_send(n, "HELLO session=%s secret=%s", a->session, a->secret);
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "no record write for the resume");
+    H_EVENT(a, "* LOST e token=%d reason=lease", 5000); /* the lease ends while the HELLO waits */
+    h_proxy_release(&px);
+    r = h_line(n, 5000);
+    ck_assert_msg(r && h_match(r, "OK session=%w%*resumed=1%*"), "the resuming connection's first line: %s",
+                  r ? r : "(none)");
+    H_EVENT(a, "* BYE reason=moved", 5000);
+    h_proxy_stop(&px);
 }
 END_TEST
 
@@ -238,6 +263,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_quit_behind_resume);
     tcase_add_test(tc, test_lock_behind_refused_resume);
     tcase_add_test(tc, test_quit_on_old_daemon_after_resume);
+    tcase_add_test(tc, test_local_resume_events_after_ok);
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);
