@@ -430,7 +430,7 @@ func TestHeartbeatsKeepShortSession(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	for _, e := range ev.list() {
-		if e.Kind != EventConnect {
+		if e.Kind == EventLost || (e.Kind == EventConnect && e.Session != sid) {
 			t.Fatalf("event %+v", e)
 		}
 	}
@@ -459,6 +459,25 @@ func TestAddressesAndDial(t *testing.T) {
 	}
 	_, err = Dial(ctx, []string{"127.0.0.1:0x"}, nil)
 	mustBe(t, err, ErrInvalid)
+}
+
+func TestPassword(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	redis, _ := shared(t)
+	d := startDlockd(t, redis, "--requirepass", "s3cret", "--auth-fail-delay", "100ms")
+	c := dialT(t, []string{d.addr}, &Options{Name: "authed", Password: "s3cret"})
+	h, err := c.Lock(ctx, "pw", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := c.Status(ctx, "pw"); len(st.Holders) != 1 || st.Holders[0].Client != "authed" {
+		t.Fatalf("status %+v", st)
+	}
+	_ = h.Unlock(ctx)
+	_, err = Dial(ctx, []string{d.addr}, &Options{Password: "wrong"})
+	mustBe(t, err, ErrNoAuth)
+	_, err = Dial(ctx, []string{d.addr}, nil)
+	mustBe(t, err, ErrNoAuth)
 }
 
 func TestClose(t *testing.T) {
