@@ -215,3 +215,41 @@ func TestTrustRunsOutInJeopardy(t *testing.T) {
 	}
 	_ = again.Unlock(ctx)
 }
+
+// A hold lost while the client was away is told when it comes back: dlockd keeps the * LOST
+// and sends it right after the OK of the HELLO that resumes the session.
+func TestLostWhileAway(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	_, B := shared(t)
+	r := startRelay(t, B.addr, nil)
+	ev := newEvents()
+	c := dialT(t, []string{r.addr}, &Options{Name: "away", OnEvent: ev.add})
+	sid := c.Session()
+	h, err := c.Lock(ctx, "away", LockOptions{Lease: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := c.Lock(ctx, "away-kept", LockOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.refuse.Store(true)
+	r.breakAll()
+	time.Sleep(600 * time.Millisecond) // the lease ends meanwhile; the holds are trusted 3.4 s
+	if h.Reason() != "" {
+		t.Fatalf("lost while away: %s", h.Reason())
+	}
+	r.refuse.Store(false)
+	ev.wait(t, "resumed connect", 10*time.Second, func(e Event) bool { return e.Kind == EventConnect && e.Resumed })
+	select {
+	case <-h.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease ended and the hold is not lost")
+	}
+	if h.Reason() != "lease" || kept.Reason() != "" || c.Session() != sid {
+		t.Fatalf("lost %q, kept %q, session %s then %s", h.Reason(), kept.Reason(), sid, c.Session())
+	}
+	if err := kept.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

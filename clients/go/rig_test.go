@@ -8,8 +8,10 @@ package dlock
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -307,4 +310,89 @@ func mustBe(t *testing.T, err, target error) {
 	if !errors.Is(err, target) {
 		t.Fatalf("error %v, want %v", err, target)
 	}
+}
+
+// relay passes the bytes of its clients on to a dlockd, an end of input (EOF, or TLS's
+// close_notify) as a half-close. With a TLS configuration it terminates TLS and notes the
+// common name of each client certificate.
+type relay struct {
+	ln     net.Listener
+	addr   string      // tls://HOST:PORT or HOST:PORT
+	refuse atomic.Bool // close new connections at once
+	mu     sync.Mutex
+	peers  []string   // common names of the client certificates, one per connection
+	conns  []net.Conn // open client connections
+}
+
+func startRelay(t *testing.T, target string, conf *tls.Config) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, addr: ln.Addr().String()}
+	if conf != nil {
+		r.ln, r.addr = tls.NewListener(ln, conf), "tls://"+r.addr
+	}
+	t.Cleanup(func() { r.ln.Close(); r.breakAll() })
+	go func() {
+		for {
+			conn, err := r.ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.serve(conn, target)
+		}
+	}()
+	return r
+}
+
+func (r *relay) serve(in net.Conn, target string) {
+	defer in.Close()
+	if r.refuse.Load() {
+		return
+	}
+	peer := ""
+	if tc, ok := in.(*tls.Conn); ok {
+		_ = in.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			return
+		}
+		_ = in.SetDeadline(time.Time{})
+		peer = tc.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	r.mu.Lock()
+	r.peers = append(r.peers, peer)
+	r.conns = append(r.conns, in)
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(up, in)
+		_ = up.(*net.TCPConn).CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(in, up)
+	_ = closeWrite(in)
+	<-done
+}
+
+// breakAll cuts every connection through the relay.
+func (r *relay) breakAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+func (r *relay) peerList() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.peers...)
 }

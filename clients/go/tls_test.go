@@ -10,13 +10,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -54,17 +51,9 @@ func makeCertificates(t *testing.T, dir string) {
 	}
 }
 
-// relay is a TLS server that wants a client certificate of the CA and passes the bytes on to
-// a dlockd, an end of input (close_notify or EOF) as a half-close.
-type relay struct {
-	ln    net.Listener
-	addr  string
-	mu    sync.Mutex
-	peers []string   // common names of the client certificates, one per connection
-	conns []net.Conn // open client connections
-}
-
-func startRelay(t *testing.T, dir string, target string) *relay {
+// relayTLS is the relay's TLS configuration: its certificate, signed by the CA, for
+// 127.0.0.1, and a client certificate of that CA required.
+func relayTLS(t *testing.T, dir string) *tls.Config {
 	t.Helper()
 	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"))
 	if err != nil {
@@ -76,66 +65,7 @@ func startRelay(t *testing.T, dir string, target string) *relay {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool,
-		ClientAuth: tls.RequireAndVerifyClientCert})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, addr: "tls://" + ln.Addr().String()}
-	t.Cleanup(func() { ln.Close(); r.breakAll() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go r.serve(conn.(*tls.Conn), target)
-		}
-	}()
-	return r
-}
-
-func (r *relay) serve(in *tls.Conn, target string) {
-	defer in.Close()
-	_ = in.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := in.Handshake(); err != nil {
-		return
-	}
-	_ = in.SetDeadline(time.Time{})
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	r.mu.Lock()
-	r.peers = append(r.peers, in.ConnectionState().PeerCertificates[0].Subject.CommonName)
-	r.conns = append(r.conns, in)
-	r.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, in)
-		_ = up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	_, _ = io.Copy(in, up)
-	_ = in.CloseWrite()
-	<-done
-}
-
-// breakAll cuts every connection through the relay.
-func (r *relay) breakAll() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
-
-func (r *relay) peerList() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]string(nil), r.peers...)
+	return &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
 }
 
 func TestTLSThroughRelay(t *testing.T) {
@@ -143,7 +73,7 @@ func TestTLSThroughRelay(t *testing.T) {
 	dir := t.TempDir()
 	makeCertificates(t, dir)
 	_, d := shared(t)
-	r := startRelay(t, dir, d.addr)
+	r := startRelay(t, d.addr, relayTLS(t, dir))
 	t.Setenv("DLOCK_ADDR", r.addr)
 	t.Setenv("DLOCK_TLS_CA", filepath.Join(dir, "ca.crt"))
 	t.Setenv("DLOCK_TLS_CERT", filepath.Join(dir, "client.crt"))
