@@ -19,9 +19,10 @@ cd "$top"
 # systemd: systemd-analyze and systemd.pc, for tests/check_systemd.sh and the unit directory.
 # python3, nftables, iproute2: make check-faults (tests/faults/: clients, network faults).
 # clang, libclang-rt-14-dev: make fuzz (libFuzzer harnesses in fuzz/, built with clang).
+# golang-go: tests/check_client_go.sh (go vet and go test -race of the Go client, clients/go).
 pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
       libjansson-dev nettle-dev check redis-server systemd python3 nftables iproute2 netcat-openbsd
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev golang-go)
 
 say() { printf 'quickstart: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }

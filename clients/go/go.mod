@@ -1,0 +1,3 @@
+module dlockd.example/dlock
+
+go 1.19
