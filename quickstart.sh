@@ -16,13 +16,19 @@ set -eu
 top=$(cd "$(dirname "$0")" && pwd)
 cd "$top"
 
+# What `run` needs: the build (check too: configure asks for it) and redis-server.
+run_pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
+          libjansson-dev nettle-dev check redis-server)
+# What `test` needs besides:
 # systemd: systemd-analyze and systemd.pc, for tests/check_systemd.sh and the unit directory.
-# python3, nftables, iproute2: make check-faults (tests/faults/: clients, network faults).
+# python3, nftables, iproute2: make check-faults (tests/faults/: clients, network faults) and the
+#   Python client's tests (clients/python).
 # clang, libclang-rt-14-dev: make fuzz (libFuzzer harnesses in fuzz/, built with clang).
 # golang-go: tests/check_client_go.sh (go vet and go test -race of the Go client, clients/go).
-pkgs=(build-essential autoconf automake libtool pkg-config libevent-dev libhiredis-dev
-      libjansson-dev nettle-dev check redis-server systemd python3 nftables iproute2 netcat-openbsd
-      clang libclang-rt-14-dev golang-go)
+# nodejs, unless a node is already there: tests/check_client_node.sh (clients/node).
+test_pkgs=("${run_pkgs[@]}" systemd python3 nftables iproute2 netcat-openbsd clang libclang-rt-14-dev
+           golang-go)
+command -v node >/dev/null 2>&1 || test_pkgs+=(nodejs)
 
 say() { printf 'quickstart: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -43,14 +49,14 @@ as_root() {
     fi
 }
 
-# Installs the Debian packages that are missing; apt-get update only if something is.
+# install_deps PKG...: installs the Debian packages that are missing; apt-get update only if something is.
 install_deps() {
     if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-        say "no apt-get here; make sure these are installed: ${pkgs[*]}"
+        say "no apt-get here; make sure these are installed: $*"
         return 0
     fi
     local p missing=()
-    for p in "${pkgs[@]}"; do
+    for p in "$@"; do
         if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
             missing+=("$p")
         fi
@@ -116,7 +122,7 @@ print_failures() {
 }
 
 cmd_test() {
-    install_deps
+    install_deps "${test_pkgs[@]}"
     if [ "${SANITIZE:-0}" = 1 ]; then
         local cflags='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer'
         [ "${WERROR:-0}" = 1 ] && cflags="$cflags -Werror"
@@ -215,7 +221,7 @@ start_redis() {
 }
 
 cmd_run() {
-    install_deps
+    install_deps "${run_pkgs[@]}"
     if [ "${WERROR:-0}" = 1 ]; then build "$top" CFLAGS="$(cflags_werror)"; else build "$top"; fi
     cd "$top"
 
