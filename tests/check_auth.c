@@ -80,8 +80,9 @@ START_TEST(test_quit_with_parked_repeat_redis_down)
         h_sleep_ms(20);
     ck_assert_int_eq(h_send(c, "QUIT"), 0);
     H_REPLY(c, "#a ERR BACKEND%*", H_TIMEOUT);
-    H_REPLY(c, "OK", H_TIMEOUT);
-    H_EOF(c, 3000);
+    /* With Redis gone nobody can tell whether another daemon had the session: no OK, a close. */
+    ck_assert(h_wait_eof(c, H_TIMEOUT));
+    ck_assert_ptr_null(h_reply(c, 0));
     H_REQ(o, "OK", "PING");
 }
 END_TEST
