@@ -74,9 +74,6 @@ struct dlockd {
     struct stats stats;
 };
 
-/* Fills buf (DLOCKD_ID_LEN + 1 bytes) with a random hex id. */
-void dlockd_random_id(char *buf);
-
 /* Why an operation had no answer from Redis, for its ERR BACKEND (d->silence, else the usual text). */
 static inline const char *dlockd_silence(const struct dlockd *d)
 {

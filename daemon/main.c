@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include <event2/event.h>
 
@@ -12,6 +11,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "dlockd.h"
+#include "id.h"
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
@@ -26,16 +26,6 @@ struct args {
     int argc;         /* --key value pairs */
     char **argv;
 };
-
-void dlockd_random_id(char *buf)
-{
-    unsigned char raw[DLOCKD_ID_LEN / 2];
-
-    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
-        fatal("getrandom");
-    for (size_t i = 0; i < sizeof(raw); i++)
-        snprintf(buf + 2 * i, 3, "%02x", raw[i]);
-}
 
 /* --help: the invocation and every config key on stdout, then exit 0. */
 static void usage(void)

@@ -9,6 +9,7 @@
 
 #include "dict.h"
 #include "hooks.h"
+#include "id.h"
 #include "log.h"
 #include "session.h"
 
@@ -159,7 +160,7 @@ struct session *session_check(struct dlockd *d, const char *id, const char *secr
 void session_new_secret(struct session *s, char out[SESSION_SECRET_LEN + 1])
 {
     _Static_assert(SESSION_SECRET_LEN == 2 * DLOCKD_ID_LEN, "a secret is two random ids");
-    /* dlockd_random_id draws from getrandom(2) (main.c). */
+    /* dlockd_random_id draws from getrandom(2) (id.c). */
     dlockd_random_id(out);
     dlockd_random_id(out + DLOCKD_ID_LEN);
     hash_secret(out, s->secret_hash);

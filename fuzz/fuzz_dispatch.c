@@ -63,7 +63,7 @@ static void fail_at(int line, const char *fmt, ...)
     abort();
 }
 
-/* main.c's, which the fuzzer does not link: ids count up from 1 on every input, so an input
+/* id.c's, which the fuzzer does not build: ids count up from 1 on every input, so an input
  * can name its own sessions (session=0000000000000001) and replays the same way. */
 void dlockd_random_id(char *buf)
 {
