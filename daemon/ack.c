@@ -60,9 +60,8 @@ static struct ack *ack_get(struct dlockd *d)
     struct ack *a = d->ack;
 
     if (a == NULL) {
-        if ((a = d->ack = calloc(1, sizeof(*a))) == NULL ||
-            (a->start = event_new(d->base, -1, 0, round_start, d)) == NULL)
-            fatalx("ack: out of memory");
+        a = d->ack = must(calloc(1, sizeof(*a)));
+        a->start = must(event_new(d->base, -1, 0, round_start, d));
         TAILQ_INIT(&a->next);
         TAILQ_INIT(&a->round);
     }
@@ -88,8 +87,7 @@ static struct held *held_new(struct req *r, const struct ack_grant *g, const cha
 
     for (int i = 0; i < g->nnames; i++)
         size += strlen(g->names[i]) + strlen(g->tokens[i]) + 2;
-    if ((e = calloc(1, size)) == NULL)
-        fatalx("ack: out of memory");
+    e = must(calloc(1, size));
     p = (char *)&e->v[2 * g->nnames];
     e->r = r;
     e->k = g->k;

@@ -324,14 +324,11 @@ static void on_closed(struct evhttp_connection *evcon, void *arg)
 static struct bufferevent *on_accepted(struct event_base *base, void *arg)
 {
     struct admin *a = arg;
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *bev = must(bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE));
 
-    if (bev == NULL)
-        fatalx("admin: out of memory");
     if (a->nsettling == a->settling_cap) {
         a->settling_cap = a->settling_cap ? 2 * a->settling_cap : 16;
-        if ((a->settling = realloc(a->settling, (size_t)a->settling_cap * sizeof(*a->settling))) == NULL)
-            fatalx("admin: out of memory");
+        a->settling = must(realloc(a->settling, (size_t)a->settling_cap * sizeof(*a->settling)));
     }
     bufferevent_incref(bev); /* so that it is still ours to look at should evhttp drop it at once */
     a->settling[a->nsettling++] = bev;
@@ -403,9 +400,7 @@ static int bind_admin(struct admin *a)
         return -1;
     }
     a->serve = evhttp_bound_socket_get_listener(b);
-    a->full = evconnlistener_new(a->d->base, on_full, a, LEV_OPT_DISABLED, -1, evhttp_bound_socket_get_fd(b));
-    if (a->full == NULL)
-        fatalx("admin: out of memory");
+    a->full = must(evconnlistener_new(a->d->base, on_full, a, LEV_OPT_DISABLED, -1, evhttp_bound_socket_get_fd(b)));
     evconnlistener_set_error_cb(a->serve, on_serve_error);
     evconnlistener_set_error_cb(a->full, on_full_error);
     server_adopt(a->d, a->serve, 1);
@@ -415,10 +410,8 @@ static int bind_admin(struct admin *a)
 
 static struct evhttp *new_http(struct dlockd *d)
 {
-    struct evhttp *http = evhttp_new(d->base);
+    struct evhttp *http = must(evhttp_new(d->base));
 
-    if (http == NULL)
-        fatalx("admin: out of memory");
     evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
     evhttp_set_max_headers_size(http, ADMIN_MAX_HEADERS);
     evhttp_set_max_body_size(http, 0);
@@ -442,8 +435,8 @@ int admin_start(struct dlockd *d)
         log_warnx("admin: admin-listen takes HOST:PORT");
         return -1;
     }
-    if ((a = calloc(1, sizeof(*a))) == NULL || (a->settle = event_new(d->base, -1, 0, on_settle, a)) == NULL)
-        fatalx("admin: out of memory");
+    a = must(calloc(1, sizeof(*a)));
+    a->settle = must(event_new(d->base, -1, 0, on_settle, a));
     a->d = d;
     a->http = new_http(d);
     evhttp_set_bevcb(a->http, on_accepted, a);

@@ -74,8 +74,7 @@ static void strv_add(struct strv *v, const char *s, size_t len)
 {
     if (v->len + len + 1 > v->cap) {
         v->cap = (v->len + len + 1) * 2;
-        if ((v->buf = realloc(v->buf, v->cap)) == NULL)
-            fatalx("batch: out of memory");
+        v->buf = must(realloc(v->buf, v->cap));
     }
     memcpy(v->buf + v->len, s, len);
     v->buf[v->len + len] = '\0';
@@ -149,10 +148,8 @@ static void on_background(struct dlockd *d, const struct contract_reply *rep, vo
  * daemon that ran it goes on, one poke at a time, until nothing more fits. */
 static void go_on(struct dlockd *d, const struct contract_batch *head)
 {
-    char *names = strdup(head->more), *save;
+    char *names = must(strdup(head->more)), *save;
 
-    if (names == NULL)
-        fatalx("batch: out of memory");
     for (char *name = strtok_r(names, " ", &save); name; name = strtok_r(NULL, " ", &save)) {
         const char *one = name;
         if (batch_op(d, OP_POKE, 0, 1, &one, NULL, on_background, NULL, NULL))
@@ -252,8 +249,7 @@ static void send_now(struct batch *b)
     const char **argv, **p;
     char deadline[24], nops[16];
 
-    if ((argv = malloc((size_t)argc * sizeof(*argv))) == NULL)
-        fatalx("batch: out of memory");
+    argv = must(malloc((size_t)argc * sizeof(*argv)));
     str_ll(deadline, sizeof(deadline), (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
     str_ll(nops, sizeof(nops), b->nops);
     p = strv_list(&b->keys, argv);
@@ -382,11 +378,10 @@ static struct batcher *batcher(struct dlockd *d)
     struct batcher *bt = d->batcher;
 
     if (bt == NULL) {
-        if ((bt = d->batcher = calloc(1, sizeof(*bt))) == NULL ||
-            (bt->open = calloc(4 * (size_t)(bt->slots = redis_slots(d->redis)), sizeof(*bt->open))) == NULL ||
-            (bt->flush = event_new(d->base, -1, 0, on_flush, d)) == NULL ||
-            (bt->gate = evtimer_new(d->base, on_gate, d)) == NULL)
-            fatalx("batch: out of memory");
+        bt = d->batcher = must(calloc(1, sizeof(*bt)));
+        bt->open = must(calloc(4 * (size_t)(bt->slots = redis_slots(d->redis)), sizeof(*bt->open)));
+        bt->flush = must(event_new(d->base, -1, 0, on_flush, d));
+        bt->gate = must(evtimer_new(d->base, on_gate, d));
         bt->kept_tail = &bt->kept;
         deadline_init(&bt->expire, on_expire);
         for (int i = 0; i < 4; i++)
@@ -404,8 +399,7 @@ static struct batch *open_batch(struct dlockd *d, int flags, int slot)
     if (*at != NULL)
         return *at;
     /* Only the head is cleared: ops[] is filled as it grows (BATCH_OPS of them are kilobytes). */
-    if ((*at = malloc(sizeof(**at))) == NULL)
-        fatalx("batch: out of memory");
+    *at = must(malloc(sizeof(**at)));
     memset(*at, 0, offsetof(struct batch, ops));
     (*at)->d = d;
     (*at)->flags = flags;

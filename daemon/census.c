@@ -106,7 +106,7 @@ static void on_status(struct dlockd *d, const struct contract_reply *rep, void *
 
     (void)d;
     if (rep == NULL || rep->status != CONTRACT_OK)
-        c->failed = "Redis did not answer in time";
+        c->failed = NO_ANSWER;
     else if (kind[0] && strcmp(kind, "latch") != 0)
         c->entries[p->i] = json_pack("{s:s, s:s, s:I, s:I}", "name", c->names[p->i], "type", kind, "holders",
                                      (json_int_t)(rep->state.nholders + rep->state.more), "waiters",
@@ -122,11 +122,9 @@ static void probe_more(struct census *c)
 {
     c->sending = 1;
     while (!c->failed && c->next < c->nnames && c->pending < STATUS_WINDOW) {
-        struct probe *p = malloc(sizeof(*p));
+        struct probe *p = must(malloc(sizeof(*p)));
         const char *name = c->names[c->next];
 
-        if (p == NULL)
-            fatalx("census: out of memory");
         p->c = c;
         p->i = c->next++;
         c->pending++;
@@ -145,8 +143,7 @@ static void probe_more(struct census *c)
 static void probe_all(struct census *c)
 {
     qsort(c->names, (size_t)c->nnames, sizeof(*c->names), by_name);
-    if ((c->entries = calloc((size_t)c->nnames + 1, sizeof(*c->entries))) == NULL)
-        fatalx("census: out of memory");
+    c->entries = must(calloc((size_t)c->nnames + 1, sizeof(*c->entries)));
     probe_more(c);
 }
 
@@ -165,8 +162,7 @@ static int add_key(struct census *c, const char *key)
     if (!proto_valid_name(name) || dict_get(c->seen, name))
         return 0;
     dict_set(c->seen, name, c);
-    if ((c->names[c->nnames++] = strdup(name)) == NULL)
-        fatalx("census: out of memory");
+    c->names[c->nnames++] = must(strdup(name));
     return 0;
 }
 
@@ -236,15 +232,15 @@ int census_names(struct dlockd *d, const char *pattern, long long limit, census_
 
     if (d->censuses >= CENSUS_INFLIGHT)
         return CENSUS_BUSY;
-    if ((c = calloc(1, sizeof(*c))) == NULL || (c->names = calloc((size_t)limit, sizeof(*c->names))) == NULL)
-        fatalx("census: out of memory");
+    c = must(calloc(1, sizeof(*c)));
+    c->names = must(calloc((size_t)limit, sizeof(*c->names)));
     c->d = d;
     c->done = done;
     c->arg = arg;
     c->limit = limit;
     c->seen = dict_new();
-    if (pattern && (c->pattern = strdup(pattern)) == NULL)
-        fatalx("census: out of memory");
+    if (pattern)
+        c->pattern = must(strdup(pattern));
     snprintf(c->cursor, sizeof(c->cursor), "0");
     /* Holds and queue entries both have a lease in the x key: it exists while anyone holds or waits. */
     n = glob_escape(c->match, d->cfg.key_prefix);

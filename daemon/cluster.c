@@ -118,9 +118,7 @@ static int shard_add(struct cluster_table *t, const redisReply *e, const struct 
     struct cluster_shard *s = &t->shards[t->nshards];
 
     s->master = *master;
-    s->replicas = calloc(e->elements - 3 ? e->elements - 3 : 1, sizeof(*s->replicas));
-    if (s->replicas == NULL)
-        fatalx("cluster: out of memory");
+    s->replicas = must(calloc(e->elements - 3 ? e->elements - 3 : 1, sizeof(*s->replicas)));
     t->nshards++;
     for (size_t i = 3; i < e->elements; i++) {
         int got = parse_node(e->element[i], from_host, &s->replicas[s->nreplicas]);
@@ -192,8 +190,7 @@ int cluster_table_parse(const redisReply *r, const char *from_host, struct clust
         return -1;
     }
     /* Every range holds a slot of its own, so there are at most CLUSTER_SLOTS of them before one overlaps. */
-    if ((t->shards = calloc(r->elements < CLUSTER_SLOTS ? r->elements : CLUSTER_SLOTS, sizeof(*t->shards))) == NULL)
-        fatalx("cluster: out of memory");
+    t->shards = must(calloc(r->elements < CLUSTER_SLOTS ? r->elements : CLUSTER_SLOTS, sizeof(*t->shards)));
     for (size_t i = 0; i < r->elements; i++) {
         if (i == CLUSTER_SLOTS) {
             snprintf(err, len, "CLUSTER SLOTS: more ranges than slots");
@@ -332,15 +329,13 @@ static struct link *link_get(struct cluster *c, const struct cluster_node *n)
     LIST_FOREACH(l, &c->pool, in_pool)
         if (node_eq(&l->node, n))
             return l;
-    if ((ac = redisAsyncConnect(n->host, n->port)) == NULL)
-        fatalx("cluster: out of memory");
+    ac = must(redisAsyncConnect(n->host, n->port));
     if (ac->err) {
         log_debug("cluster: cannot connect to %s:%d: %s", n->host, n->port, ac->errstr);
         redisAsyncFree(ac);
         return NULL;
     }
-    if ((l = calloc(1, sizeof(*l))) == NULL)
-        fatalx("cluster: out of memory");
+    l = must(calloc(1, sizeof(*l)));
     l->c = c;
     l->node = *n;
     l->ac = ac;
@@ -390,8 +385,7 @@ static void tries_collect(struct cluster *c)
     for (int i = 0; t && i < t->nshards; i++)
         n += 1 + t->shards[i].nreplicas;
     free(c->tries);
-    if ((c->tries = calloc((size_t)n, sizeof(*c->tries))) == NULL)
-        fatalx("cluster: out of memory");
+    c->tries = must(calloc((size_t)n, sizeof(*c->tries)));
     c->ntries = c->next_try = 0;
     for (int i = 0; t && i < t->nshards; i++)
         tries_add(c, &t->shards[i].master);
@@ -476,8 +470,7 @@ static void on_probe_slots(redisAsyncContext *ac, void *reply, void *privdata)
         probe_fail(c, 0, "connection lost");
         return;
     }
-    if ((t = malloc(sizeof(*t))) == NULL)
-        fatalx("cluster: out of memory");
+    t = must(malloc(sizeof(*t)));
     if (cluster_table_parse(reply, probe_node(c)->host, t, err, sizeof(err)) < 0) {
         free(t);
         probe_fail(c, 1, "%s", err);
@@ -513,10 +506,8 @@ static void on_probe_late(struct deadline *dl)
 /* Asks n for CLUSTER SLOTS. Returns 0, or -1 when it cannot even be connected to. */
 static int probe_open(struct cluster *c, const struct cluster_node *n)
 {
-    redisAsyncContext *ac = redisAsyncConnect(n->host, n->port);
+    redisAsyncContext *ac = must(redisAsyncConnect(n->host, n->port));
 
-    if (ac == NULL)
-        fatalx("cluster: out of memory");
     if (ac->err) {
         snprintf(c->error, sizeof(c->error), "%s:%d: %s", n->host, n->port, ac->errstr);
         redisAsyncFree(ac);
@@ -651,8 +642,7 @@ int cluster_send(struct cluster *c, int slot, sds cmd, cluster_cb *cb, cluster_c
         sdsfree(cmd);
         return -1;
     }
-    if ((call = calloc(1, sizeof(*call))) == NULL)
-        fatalx("cluster: out of memory");
+    call = must(calloc(1, sizeof(*call)));
     call->c = c;
     call->cmd = cmd;
     call->cb = cb;
@@ -688,11 +678,10 @@ static void on_later(evutil_socket_t fd, short what, void *arg)
 struct cluster *cluster_new(struct dlockd *d, const struct cluster_owner *owner, const struct addr *seeds,
                             int nseeds)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
+    struct cluster *c = must(calloc(1, sizeof(*c)));
 
-    if (c == NULL || (c->seeds = calloc((size_t)nseeds + 1, sizeof(*c->seeds))) == NULL ||
-        (c->later = event_new(d->base, -1, 0, on_later, c)) == NULL)
-        fatalx("cluster: out of memory");
+    c->seeds = must(calloc((size_t)nseeds + 1, sizeof(*c->seeds)));
+    c->later = must(event_new(d->base, -1, 0, on_later, c));
     c->d = d;
     c->owner = owner;
     for (int i = 0; i < nseeds; i++) {

@@ -92,8 +92,7 @@ static void refuse_later(struct req *r, enum proto_err e)
         refuse(r, e);
         return;
     }
-    if ((x = calloc(1, sizeof(*x))) == NULL)
-        fatalx("cmd: out of memory");
+    x = must(calloc(1, sizeof(*x)));
     x->r = r;
     x->e = e;
     deadline_init(&x->dl, refusal_fire);
@@ -208,8 +207,7 @@ static void hello_reply(struct req *r, struct session *s, const char *secret, in
     memcpy(r->sid, s->id, sizeof(r->sid));
     log_info("s%s: session '%s' %s from %s, ttl %lldms", s->id, s->name, resumed ? "resumed" : "opened", c->peer,
              (long long)s->ttl);
-    if ((hw = calloc(1, sizeof(*hw))) == NULL)
-        fatalx("cmd: out of memory");
+    hw = must(calloc(1, sizeof(*hw)));
     *hw = (struct hello_wait){ .r = r, .resumed = resumed };
     memcpy(hw->sid, s->id, sizeof(hw->sid));
     snprintf(hw->secret, sizeof(hw->secret), "%s", secret);
@@ -245,7 +243,7 @@ static void hello_resumed(struct req *r, struct session *s)
 /* A session whose holds could not all be adopted: they went back where they were. */
 static void hello_failed(struct req *r)
 {
-    req_err(r, PROTO_EBACKEND, "Redis did not answer in time; the session stays where it was");
+    req_err(r, PROTO_EBACKEND, NO_ANSWER "; the session stays where it was");
 }
 
 static void hello_refused(struct req *r)

@@ -166,13 +166,11 @@ static void write_line(struct conn *c, const char *line, size_t len)
         }
         if (len == 0)
             return;
-        if ((c->out = evbuffer_new()) == NULL ||
-            (c->writable = event_new(c->d->base, c->fd, EV_WRITE | EV_PERSIST, on_writable, c)) == NULL ||
-            event_add(c->writable, NULL) != 0)
-            fatalx("conn: out of memory");
+        c->out = must(evbuffer_new());
+        c->writable = must(event_new(c->d->base, c->fd, EV_WRITE | EV_PERSIST, on_writable, c));
+        must_ok(event_add(c->writable, NULL));
     }
-    if (evbuffer_add(c->out, line, len) != 0)
-        fatalx("conn: out of memory");
+    must_ok(evbuffer_add(c->out, line, len));
     if ((int64_t)evbuffer_get_length(c->out) > c->d->cfg.client_output_limit) {
         /* It does not read its replies: cut it off, on the next turn of the loop. */
         log_warnx("c%llu: %s: more than %lld bytes of replies unread, closing", (unsigned long long)c->id, c->peer,
@@ -285,10 +283,8 @@ int conn_gone(const struct conn *c)
 static void send_line(struct conn *c, const char *tag, const char *text)
 {
     size_t tl = tag[0] ? strlen(tag) + 2 : 0, xl = strlen(text), len = tl + xl + 1;
-    char stack[1024], *line = len <= sizeof(stack) ? stack : malloc(len);
+    char stack[1024], *line = len <= sizeof(stack) ? stack : must(malloc(len));
 
-    if (line == NULL)
-        fatalx("conn: out of memory");
     if (tl) {
         line[0] = '#';
         memcpy(line + 1, tag, tl - 2);
@@ -324,8 +320,7 @@ static char *format_body(char *buf, size_t cap, const char *head, const char *fm
     buf[hl] = ' ';
     if ((size_t)n < room)
         return buf;
-    if ((big = malloc(hl + 1 + (size_t)n + 1)) == NULL)
-        fatalx("conn: out of memory");
+    big = must(malloc(hl + 1 + (size_t)n + 1));
     memcpy(big, buf, hl + 1);
     vsnprintf(big + hl + 1, (size_t)n + 1, fmt, ap);
     return big;
@@ -335,8 +330,7 @@ void req_send(struct req *r, const char *body)
 {
     if (r->holds > 0) {
         free(r->held);
-        if ((r->held = strdup(body)) == NULL)
-            fatalx("conn: out of memory");
+        r->held = must(strdup(body));
         return;
     }
     stats_reply(&r->d->stats, r->pr.verb, body);
@@ -492,8 +486,7 @@ static void keep_missed(struct session *s, const char *text)
     /* A lost hold is one of at most max-holds: so are its events. */
     if (s->nmissed >= s->d->cfg.max_holds)
         return;
-    if ((s->missed = realloc(s->missed, s->missed_len + len + 1)) == NULL)
-        fatalx("conn: out of memory");
+    s->missed = must(realloc(s->missed, s->missed_len + len + 1));
     memcpy(s->missed + s->missed_len, text, len);
     s->missed[s->missed_len + len] = '\n';
     s->missed_len += len + 1;
@@ -563,10 +556,8 @@ static int is_tagged(const char *line)
 
 static struct req *req_new(struct conn *c, const char *line, size_t len, uint64_t arrived)
 {
-    struct req *r = calloc(1, sizeof(*r) + len + 1);
+    struct req *r = must(calloc(1, sizeof(*r) + len + 1));
 
-    if (r == NULL)
-        fatalx("conn: out of memory");
     r->d = c->d;
     r->c = c;
     r->arrived = arrived;
@@ -708,8 +699,7 @@ static void take_line(struct conn *c, const char *line, size_t len)
     if ((limited = conn_requests_full(c, 0)))
         len = 0;
     /* Its turn may be far: until then it is kept as a line, not as a request. */
-    if ((q = malloc(sizeof(*q) + len + 1)) == NULL)
-        fatalx("conn: out of memory");
+    q = must(malloc(sizeof(*q) + len + 1));
     q->arrived = now;
     q->limited = limited;
     q->len = len;
@@ -738,8 +728,7 @@ static void feed(struct conn *c, const char *data, size_t len)
     if (!c->authed && c->d->cfg.preauth_max_line < c->d->cfg.max_line)
         max = (size_t)c->d->cfg.preauth_max_line;
     if (c->part) {
-        if ((joined = realloc(c->part, c->partlen + len)) == NULL)
-            fatalx("conn: out of memory");
+        joined = must(realloc(c->part, c->partlen + len));
         memcpy(joined + c->partlen, data, len);
         p = joined;
         end = joined + c->partlen + len;
@@ -763,8 +752,7 @@ static void feed(struct conn *c, const char *data, size_t len)
     }
     if (c->state != CONN_CLOSING && p < end) {
         c->partlen = (size_t)(end - p);
-        if ((c->part = malloc(c->partlen)) == NULL)
-            fatalx("conn: out of memory");
+        c->part = must(malloc(c->partlen));
         memcpy(c->part, p, c->partlen);
     }
     free(joined);
@@ -880,9 +868,8 @@ void conn_init(struct dlockd *d)
     TAILQ_INIT(&d->conns);
     TAILQ_INIT(&d->advancing);
     TAILQ_INIT(&d->reaping);
-    if ((d->advance = event_new(d->base, -1, 0, on_advance, d)) == NULL ||
-        (d->reap = event_new(d->base, -1, 0, on_reap, d)) == NULL)
-        fatalx("conn: out of memory");
+    d->advance = must(event_new(d->base, -1, 0, on_advance, d));
+    d->reap = must(event_new(d->base, -1, 0, on_reap, d));
 }
 
 static void on_auth_timeout(struct deadline *dl)
@@ -941,8 +928,7 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
 {
     struct conn *c;
 
-    if ((c = calloc(1, sizeof(*c) + strlen(peer) + 1)) == NULL)
-        fatalx("conn: out of memory");
+    c = must(calloc(1, sizeof(*c) + strlen(peer) + 1));
     c->d = d;
     c->id = next_conn_id++;
     memcpy(c->peer, peer, strlen(peer) + 1);
@@ -952,9 +938,8 @@ struct conn *conn_new(struct dlockd *d, evutil_socket_t fd, const char *peer)
     TAILQ_INIT(&c->starting);
     TAILQ_INIT(&c->reads);
     c->fd = fd;
-    if ((c->readable = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c)) == NULL ||
-        event_add(c->readable, NULL) != 0)
-        fatalx("conn: out of memory");
+    c->readable = must(event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, c));
+    must_ok(event_add(c->readable, NULL));
     TAILQ_INSERT_TAIL(&d->conns, c, link);
     d->nconns++;
     if (d->cfg.requirepass == NULL)

@@ -70,10 +70,8 @@ static void session_quit(struct session *s, struct req *r)
 {
     struct dlockd *d = s->d;
     char sid[DLOCKD_ID_LEN + 1];
-    struct quitting *q = malloc(sizeof(*q));
+    struct quitting *q = must(malloc(sizeof(*q)));
 
-    if (q == NULL)
-        fatalx("daemon: out of memory");
     memcpy(sid, s->id, sizeof(sid));
     session_end(s, SESSION_QUIT);
     q->r = r;
@@ -175,10 +173,8 @@ static void on_moved(struct dlockd *d, const struct contract_record *rec, int an
 static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, int answered, void *arg),
                        void *arg)
 {
-    struct check *ck = malloc(sizeof(*ck));
+    struct check *ck = must(malloc(sizeof(*ck)));
 
-    if (ck == NULL)
-        fatalx("daemon: out of memory");
     snprintf(ck->sid, sizeof(ck->sid), "%s", sid);
     ck->done = done;
     ck->arg = arg;

@@ -122,10 +122,9 @@ uint64_t now_us(void)
 
 struct deadlines *deadlines_new(struct event_base *base)
 {
-    struct deadlines *dls = calloc(1, sizeof(*dls));
+    struct deadlines *dls = must(calloc(1, sizeof(*dls)));
 
-    if (dls == NULL || (dls->timer = evtimer_new(base, on_timer, dls)) == NULL)
-        fatalx("deadlines: out of memory");
+    dls->timer = must(evtimer_new(base, on_timer, dls));
     return dls;
 }
 
@@ -149,9 +148,7 @@ void deadline_arm(struct deadlines *dls, struct deadline *dl, uint64_t when)
         remove_at(dls, dl->slot);
     if (dls->n == dls->cap) {
         dls->cap = dls->cap ? dls->cap * 2 : 64;
-        dls->heap = realloc(dls->heap, dls->cap * sizeof(*dls->heap));
-        if (dls->heap == NULL)
-            fatalx("deadlines: out of memory");
+        dls->heap = must(realloc(dls->heap, dls->cap * sizeof(*dls->heap)));
     }
     dl->when = when;
     heap_set(dls, dls->n++, dl);

@@ -34,10 +34,8 @@ struct search {
 
 struct deadlock *deadlock_new(void)
 {
-    struct deadlock *g = calloc(1, sizeof(*g));
+    struct deadlock *g = must(calloc(1, sizeof(*g)));
 
-    if (g == NULL)
-        fatalx("deadlock: out of memory");
     g->waiters = dict_new();
     return g;
 }
@@ -67,14 +65,12 @@ void deadlock_add(struct dlockd *d, const struct deadlock_edges *w)
     struct waiter *o;
 
     if ((o = dict_get(d->deadlock->waiters, w->hid + 1)) == NULL) {
-        if ((o = calloc(1, sizeof(*o))) == NULL)
-            fatalx("deadlock: out of memory");
+        o = must(calloc(1, sizeof(*o)));
         o->who = dict_set(d->deadlock->waiters, w->hid + 1, o);
     }
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 1;
-        if ((o->waits = realloc(o->waits, (size_t)o->cap * sizeof(*o->waits))) == NULL)
-            fatalx("deadlock: out of memory");
+        o->waits = must(realloc(o->waits, (size_t)o->cap * sizeof(*o->waits)));
     }
     o->waits[o->n++] = w;
 }

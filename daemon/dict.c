@@ -44,10 +44,9 @@ static struct entry **slot_of(const struct dict *d, const char *key)
 
 struct dict *dict_new(void)
 {
-    struct dict *d = calloc(1, sizeof(*d));
+    struct dict *d = must(calloc(1, sizeof(*d)));
 
-    if (d == NULL || (d->slots = calloc(16, sizeof(*d->slots))) == NULL)
-        fatalx("dict: out of memory");
+    d->slots = must(calloc(16, sizeof(*d->slots)));
     d->nslots = 16;
     return d;
 }
@@ -88,8 +87,7 @@ static void grow(struct dict *d)
     size_t nold = d->nslots;
 
     d->nslots *= 2;
-    if ((d->slots = calloc(d->nslots, sizeof(*d->slots))) == NULL)
-        fatalx("dict: out of memory");
+    d->slots = must(calloc(d->nslots, sizeof(*d->slots)));
     for (size_t i = 0; i < nold; i++) {
         struct entry *e = old[i];
         while (e) {

@@ -74,10 +74,13 @@ struct dlockd {
     struct stats stats;
 };
 
-/* Why an operation had no answer from Redis, for its ERR BACKEND (d->silence, else the usual text). */
+/* The text of an ERR BACKEND for a call Redis did not answer: the one place it is written. */
+#define NO_ANSWER "Redis did not answer in time"
+
+/* Why an operation had no answer from Redis, for its ERR BACKEND (d->silence, else NO_ANSWER). */
 static inline const char *dlockd_silence(const struct dlockd *d)
 {
-    return d->silence ? d->silence : "Redis did not answer in time";
+    return d->silence ? d->silence : NO_ANSWER;
 }
 
 #endif

@@ -91,11 +91,10 @@ int evlink_attach(redisAsyncContext *ac, struct event_base *base)
 
     if (ac->ev.data != NULL)
         return -1;
-    if ((l = calloc(1, sizeof(*l))) == NULL ||
-        (l->rev = event_new(base, fd, EV_READ | EV_PERSIST, on_read, l)) == NULL ||
-        (l->wev = event_new(base, fd, EV_WRITE, on_write, l)) == NULL ||
-        (l->flush = event_new(base, -1, 0, on_write, l)) == NULL)
-        fatalx("evlink: out of memory");
+    l = must(calloc(1, sizeof(*l)));
+    l->rev = must(event_new(base, fd, EV_READ | EV_PERSIST, on_read, l));
+    l->wev = must(event_new(base, fd, EV_WRITE, on_write, l));
+    l->flush = must(event_new(base, -1, 0, on_write, l));
     l->ac = ac;
     ac->ev.addRead = add_read;
     ac->ev.delRead = del_read;

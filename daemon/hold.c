@@ -121,8 +121,7 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
         h->since = now_ms();
         memcpy(h->hid, hid, hlen + 1);
         if (lease > 0) {
-            if ((h->lease = malloc(sizeof(*h->lease))) == NULL)
-                fatalx("hold: out of memory");
+            h->lease = must(malloc(sizeof(*h->lease)));
             h->lease->h = h;
             deadline_init(&h->lease->dl, on_lease_end);
             deadline_arm(d->deadlines, &h->lease->dl, now_ms() + (uint64_t)lease);

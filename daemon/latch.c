@@ -68,8 +68,7 @@ static struct latch *latch_get(struct dlockd *d, const char *name)
 
     if (l != NULL)
         return l;
-    if ((l = calloc(1, sizeof(*l))) == NULL)
-        fatalx("latch: out of memory");
+    l = must(calloc(1, sizeof(*l)));
     l->d = d;
     TAILQ_INIT(&l->head);
     deadline_init(&l->lapse, on_lapse);
@@ -137,8 +136,7 @@ static struct latch_peer *peer_get(struct dlockd *d, const char *key)
 
     if (p != NULL)
         return p;
-    if ((p = calloc(1, sizeof(*p))) == NULL)
-        fatalx("latch: out of memory");
+    p = must(calloc(1, sizeof(*p)));
     snprintf(p->key, sizeof(p->key), "%s", key);
     dict_set(d->latch_peers, key, p);
     return p;
@@ -199,8 +197,7 @@ static void remember(struct dlockd *d, const char *name, const char *sid, struct
 
     forget_creator(l);
     snprintf(l->creator, sizeof(l->creator), "%s", sid);
-    if ((l->client = strdup(s && s->name ? s->name : "")) == NULL)
-        fatalx("latch: out of memory");
+    l->client = must(strdup(s && s->name ? s->name : ""));
     l->peer = p;
     deadline_arm(d->deadlines, &l->ends, now_ms() + (uint64_t)(ttl > 0 ? ttl : 0));
 }
@@ -423,11 +420,9 @@ static void on_lapse(struct deadline *dl)
 {
     struct latch *l = container_of(dl, struct latch, lapse);
     const char *names[] = { l->name };
-    char *name = strdup(l->name);
+    char *name = must(strdup(l->name));
     struct contract_args args;
 
-    if (name == NULL)
-        fatalx("latch: out of memory");
     contract_latch_args(&args, "read", 0, 0);
     if (hold_script(l->d, OP_LATCH, 1, names, &args, on_reread, NULL, name))
         free(name);
@@ -447,8 +442,7 @@ void latch_await(struct req *r)
 
     if (wait_within_limits(r, req_session(r)))
         return;
-    if ((a = calloc(1, sizeof(*a))) == NULL)
-        fatalx("latch: out of memory");
+    a = must(calloc(1, sizeof(*a)));
     a->d = d;
     a->req = r;
     a->latch = latch_get(d, r->pr.names[0]);
@@ -551,13 +545,10 @@ static int add_shown(const char *key, void *val, void *arg)
         return 0;
     if (ls->n == ls->cap) {
         ls->cap = ls->cap ? ls->cap * 2 : 16;
-        if ((ls->v = realloc(ls->v, (size_t)ls->cap * sizeof(*ls->v))) == NULL)
-            fatalx("latch: out of memory");
+        ls->v = must(realloc(ls->v, (size_t)ls->cap * sizeof(*ls->v)));
     }
     sh = &ls->v[ls->n++];
-    *sh = (struct shown){ .ls = ls, .name = strdup(l->name), .client = strdup(l->client) };
-    if (sh->name == NULL || sh->client == NULL)
-        fatalx("latch: out of memory");
+    *sh = (struct shown){ .ls = ls, .name = must(strdup(l->name)), .client = must(strdup(l->client)) };
     memcpy(sh->sid, l->creator, sizeof(sh->sid));
     memcpy(sh->peer, l->peer->key, sizeof(sh->peer));
     return 0;
@@ -596,7 +587,7 @@ static void on_shown(struct dlockd *d, const struct contract_reply *rep, void *a
     struct listing *ls = sh->ls;
 
     if (rep == NULL)
-        ls->err = "Redis did not answer in time";
+        ls->err = NO_ANSWER;
     else if (count_of(rep) == 0)
         latch_release(d, sh->name); /* it ended unheard: it counts no more */
     else
@@ -609,11 +600,9 @@ static void on_shown(struct dlockd *d, const struct contract_reply *rep, void *a
 
 void latch_list(struct dlockd *d, const char *pattern, long long limit, latch_listed *done, void *arg)
 {
-    struct listing *ls = calloc(1, sizeof(*ls));
+    struct listing *ls = must(calloc(1, sizeof(*ls)));
     struct contract_args args;
 
-    if (ls == NULL)
-        fatalx("latch: out of memory");
     *ls = (struct listing){ .d = d, .pattern = pattern, .done = done, .arg = arg, .limit = limit };
     dict_each(d->latches, add_shown, ls);
     ls->pattern = NULL;

@@ -44,10 +44,8 @@ struct split {
 
 static struct op *op_new(struct req *r, const char *sid)
 {
-    struct op *op = calloc(1, sizeof(*op));
+    struct op *op = must(calloc(1, sizeof(*op)));
 
-    if (op == NULL)
-        fatalx("lock: out of memory");
     op->req = r;
     struct strbuf b = sb_on(op->who, sizeof(op->who));
     sb_str(&b, sid);
@@ -259,8 +257,7 @@ static void unlock_split(struct op *all, const char *known, char shared)
         free(all);
         return;
     }
-    if ((sp = calloc(1, sizeof(*sp))) == NULL)
-        fatalx("lock: out of memory");
+    sp = must(calloc(1, sizeof(*sp)));
     sp->req = all->req;
     sp->pending = 1;
     for (int i = 0; i < all->nnames; i++)

@@ -37,8 +37,7 @@ void log_buffer(struct event_base *base)
         setvbuf(stderr, NULL, _IONBF, 0);
         return;
     }
-    if ((flush_ev = event_new(base, -1, 0, on_flush, NULL)) == NULL)
-        fatalx("log: out of memory");
+    flush_ev = must(event_new(base, -1, 0, on_flush, NULL));
     setvbuf(stderr, outbuf, _IOFBF, sizeof(outbuf));
 }
 
@@ -143,4 +142,17 @@ int log_rate_due(struct log_rate *r, uint64_t now, uint64_t every_ms)
         return 0;
     r->at = now;
     return 1;
+}
+
+void *must_at(void *p, const char *file, int line)
+{
+    if (p == NULL)
+        fatalx("out of memory (%s:%d)", file, line);
+    return p;
+}
+
+void must_ok_at(int rc, const char *file, int line)
+{
+    if (rc != 0)
+        fatalx("out of memory (%s:%d)", file, line);
 }

@@ -39,6 +39,13 @@ struct log_rate {
 int log_rate_due(struct log_rate *r, uint64_t now, uint64_t every_ms);
 
 void fatalx(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
+
+/* The one out-of-memory path: must(p) is p, an allocation's result, unless it is NULL, which
+ * ends the daemon; must_ok(rc) likewise for a call that answers 0 or -1 (event_add, ...). */
+#define must(p) must_at((p), __FILE__, __LINE__)
+#define must_ok(rc) must_ok_at((rc), __FILE__, __LINE__)
+void *must_at(void *p, const char *file, int line);
+void must_ok_at(int rc, const char *file, int line);
 void fatal(const char *fmt, ...) LOG_PRINTF(1, 2) __attribute__((noreturn));
 
 #endif

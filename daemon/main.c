@@ -110,8 +110,7 @@ static void watchdog_start(struct dlockd *d)
 
     if (every == 0)
         return;
-    if ((d->watchdog = event_new(d->base, -1, EV_PERSIST, on_watchdog, d)) == NULL)
-        fatalx("watchdog: out of memory");
+    d->watchdog = must(event_new(d->base, -1, EV_PERSIST, on_watchdog, d));
     tv.tv_sec = (time_t)(every / 1000);
     tv.tv_usec = (suseconds_t)(every % 1000) * 1000;
     evtimer_add(d->watchdog, &tv);

@@ -110,8 +110,7 @@ void *mem_alloc(size_t size)
     void *p;
 
     if (size > MEM_SMALL_MAX) {
-        if ((p = calloc(1, size)) == NULL)
-            fatalx("mem: out of memory");
+        p = must(calloc(1, size));
         return p;
     }
     sc = &classes[size == 0 ? 0 : (size - 1) / STEP];

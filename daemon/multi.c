@@ -86,18 +86,15 @@ static void send_next(struct multi *m, struct req *r)
 
 void multi_lock(struct req *r, struct session *s, char mode, const int *slots)
 {
-    struct multi *m = calloc(1, sizeof(*m));
+    struct multi *m = must(calloc(1, sizeof(*m)));
 
-    if (m == NULL)
-        fatalx("multi: out of memory");
     m->d = r->d;
     m->mode = mode;
     m->s = s;
     m->nnames = r->pr.nnames;
     snprintf(m->hid, sizeof(m->hid), "%c%s:%s", mode, s->id, r->pr.owner);
     for (int i = 0; i < m->nnames; i++) {
-        if ((m->names[i] = strdup(r->pr.names[i])) == NULL)
-            fatalx("multi: out of memory");
+        m->names[i] = must(strdup(r->pr.names[i]));
         m->slot[i] = slots[i];
     }
     sort_by_slot(m);

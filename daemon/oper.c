@@ -139,7 +139,7 @@ static void kill_resumed(struct req *r, struct session *s)
 
 static void kill_failed(struct req *r)
 {
-    req_err(r, PROTO_EBACKEND, "Redis did not answer in time");
+    req_err(r, PROTO_EBACKEND, NO_ANSWER);
 }
 
 static void kill_refused(struct req *r)
@@ -199,11 +199,9 @@ static void on_force(struct dlockd *d, const struct contract_reply *rep, void *a
 
 void oper_force(struct req *r)
 {
-    struct force *f = calloc(1, sizeof(*f));
+    struct force *f = must(calloc(1, sizeof(*f)));
     const char *name = r->pr.names[0];
 
-    if (f == NULL)
-        fatalx("oper: out of memory");
     f->req = r;
     snprintf(f->name, sizeof(f->name), "%s", name);
     if (r->d->hooks->script(r->d, OP_FORCE, 1, 1, &name, NULL, on_force, NULL, f)) {
@@ -246,8 +244,7 @@ void oper_on_message(struct dlockd *d, const char *msg)
     /* Anyone may PUBLISH: nothing is dropped before Redis says it is gone. */
     if (sscanf(msg, "F %200s", name) != 1 || hold_name(d, name) == NULL)
         return;
-    if ((copy = strdup(name)) == NULL)
-        fatalx("oper: out of memory");
+    copy = must(strdup(name));
     if (d->hooks->script(d, OP_STATUS, 1, 1, names, NULL, on_checked, NULL, copy))
         free(copy);
 }

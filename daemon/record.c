@@ -88,14 +88,12 @@ static void putv_add(struct putv *v, const char *str)
 
     if (v->argc == v->cap) {
         v->cap = v->cap ? 2 * v->cap : 32;
-        if ((v->argv = realloc(v->argv, (size_t)v->cap * sizeof(*v->argv))) == NULL)
-            fatalx("record: out of memory");
+        v->argv = must(realloc(v->argv, (size_t)v->cap * sizeof(*v->argv)));
     }
     if (v->len + len > v->bufcap) {
         /* offsets, not pointers, until the end: buf may move */
         v->bufcap = (v->len + len) * 2;
-        if ((v->buf = realloc(v->buf, v->bufcap)) == NULL)
-            fatalx("record: out of memory");
+        v->buf = must(realloc(v->buf, v->bufcap));
     }
     memcpy(v->buf + v->len, str, len);
     v->argv[v->argc++] = (const char *)(uintptr_t)v->len;
@@ -141,8 +139,7 @@ int record_put(struct session *s, const char *from, record_put_cb *done, void *a
     d->hooks->each_index(s, put_entry, &v);
     for (int i = 0; i < v.argc; i++)
         v.argv[i] = v.buf + (uintptr_t)v.argv[i];
-    if ((p = calloc(1, sizeof(*p))) == NULL)
-        fatalx("record: out of memory");
+    p = must(calloc(1, sizeof(*p)));
     memcpy(p->sid, s->id, sizeof(p->sid));
     p->takeover = from != NULL;
     p->done = done;
@@ -179,10 +176,8 @@ int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg)
 {
     char key[CONTRACT_KEY_MAX];
     const char *argv[] = { key, "get" };
-    struct fetch *f = malloc(sizeof(*f));
+    struct fetch *f = must(malloc(sizeof(*f)));
 
-    if (f == NULL)
-        fatalx("record: out of memory");
     *f = (struct fetch){ cb, arg };
     contract_session_key(key, sizeof(key), d->cfg.key_prefix, sid);
     if (redis_script(d->redis, SCRIPT_SESSION, 1, 2, argv, on_fetched, NULL, f)) {
@@ -207,18 +202,16 @@ static void change(struct session *s, int add, const char *token, const char *hi
         return;
     if (pend.flush == NULL) {
         pend.d = s->d;
-        if ((pend.flush = event_new(s->d->base, -1, 0, on_flush, s->d)) == NULL)
-            fatalx("record: out of memory");
+        pend.flush = must(event_new(s->d->base, -1, 0, on_flush, s->d));
     }
     if (pend.n + 2 > pend.cap) {
         pend.cap = pend.cap ? 2 * pend.cap : 64;
-        if ((pend.v = realloc(pend.v, (size_t)pend.cap * sizeof(*pend.v))) == NULL)
-            fatalx("record: out of memory");
+        pend.v = must(realloc(pend.v, (size_t)pend.cap * sizeof(*pend.v)));
     }
     session_key(key, sizeof(key), s);
     contract_record_change(field, sizeof(field), add, token, hid, name);
-    if ((pend.v[pend.n] = strdup(key)) == NULL || (pend.v[pend.n + 1] = strdup(field)) == NULL)
-        fatalx("record: out of memory");
+    pend.v[pend.n] = must(strdup(key));
+    pend.v[pend.n + 1] = must(strdup(field));
     pend.n += 2;
     event_active(pend.flush, EV_TIMEOUT, 0);
 }
@@ -279,10 +272,9 @@ void record_flush(struct dlockd *d)
 
     if (pend.n == 0)
         return;
-    if ((keys = malloc((size_t)pend.n * sizeof(*keys))) == NULL ||
-        (argv = malloc((size_t)(pend.n * 2 + 1) * sizeof(*argv))) == NULL ||
-        (slots = malloc((size_t)pend.n * sizeof(*slots))) == NULL)
-        fatalx("record: out of memory");
+    keys = must(malloc((size_t)pend.n * sizeof(*keys)));
+    argv = must(malloc((size_t)(pend.n * 2 + 1) * sizeof(*argv)));
+    slots = must(malloc((size_t)pend.n * sizeof(*slots)));
     for (int i = 0; i < pend.n / 2; i++)
         slots[i] = redis_slot(d->redis, pend.v[2 * i]);
     for (int i = 0; i < pend.n / 2; i++)
@@ -338,10 +330,8 @@ struct touch {
 static struct touch *touch_new(struct dlockd *d)
 {
     int cap = redis_slots(d->redis) > 1 ? 1 : TOUCH_BATCH;
-    struct touch *t = calloc(1, sizeof(*t) + (size_t)cap * sizeof(t->e[0]));
+    struct touch *t = must(calloc(1, sizeof(*t) + (size_t)cap * sizeof(t->e[0])));
 
-    if (t == NULL)
-        fatalx("record: out of memory");
     t->cap = cap;
     return t;
 }

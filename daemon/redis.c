@@ -338,8 +338,7 @@ static sds resp_command(int argc, const char **argv)
     for (int i = 0; i < argc; i++)
         total += 25 + strlen(argv[i]); /* at most: "$", 20 digits, "\r\n", the argument, "\r\n" */
     /* not sdsnewlen(NULL, total), which clears it all first */
-    if ((cmd = sdsMakeRoomFor(sdsempty(), total)) == NULL)
-        fatalx("redis: out of memory");
+    cmd = must(sdsMakeRoomFor(sdsempty(), total));
     p = resp_head(cmd, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
         len = strlen(argv[i]);
@@ -395,10 +394,8 @@ static int resend_with_eval(struct redis_call *call)
 
     for (int i = 0; i < 5; i++) /* past the lines "*N", "$7", "EVALSHA", "$40" and the sha */
         args = strstr(args, "\r\n") + 2;
-    cmd = sdscatfmt(sdsempty(), "*%i\r\n$4\r\nEVAL\r\n$%U\r\n%s\r\n%s", call->argc,
-                    (unsigned long long)strlen(body), body, args);
-    if (cmd == NULL)
-        fatalx("redis: out of memory");
+    cmd = must(sdscatfmt(sdsempty(), "*%i\r\n$4\r\nEVAL\r\n$%U\r\n%s\r\n%s", call->argc,
+                         (unsigned long long)strlen(body), body, args));
     redisFreeSdsCommand(call->cmd);
     call->cmd = cmd;
     return call_send(call);
@@ -460,8 +457,7 @@ static int call_send(struct redis_call *call)
     sds cmd;
 
     if (call->rd->cluster) {
-        if ((cmd = sdsdup(call->cmd)) == NULL)
-            fatalx("redis: out of memory");
+        cmd = must(sdsdup(call->cmd));
         return cluster_send(call->rd->cluster, call->slot, cmd, on_routed, on_routed_late, call);
     }
     if (call->rd->ac == NULL)
@@ -503,10 +499,8 @@ int redis_accepts(const struct redis *rd)
 
 static struct redis_call *call_new(struct redis *rd, enum script_id id, redis_cb *cb, redis_cb *late, void *arg)
 {
-    struct redis_call *call = calloc(1, sizeof(*call));
+    struct redis_call *call = must(calloc(1, sizeof(*call)));
 
-    if (call == NULL)
-        fatalx("redis: out of memory");
     call->rd = rd;
     call->id = id;
     call->cb = cb;
@@ -540,8 +534,7 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
 
     if (!redis_accepts(rd))
         return -1;
-    if ((all = malloc((size_t)n * sizeof(*all))) == NULL)
-        fatalx("redis: out of memory");
+    all = must(malloc((size_t)n * sizeof(*all)));
     call = call_new(rd, id, cb, late, arg);
     call->slot = nkeys > 0 ? cluster_slot(argv[0], strlen(argv[0])) : 0;
     str_ll(nk, sizeof(nk), nkeys);
@@ -826,10 +819,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static redisAsyncContext *open_one(struct redis *rd, const struct addr *a, char *err, size_t len)
 {
     const struct config *cfg = &rd->d->cfg;
-    redisAsyncContext *ac = a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
+    redisAsyncContext *ac = must(a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port));
 
-    if (ac == NULL)
-        fatalx("redis: out of memory");
     if (ac->err) {
         snprintf(err, len, "%s", ac->errstr);
         redisAsyncFree(ac);
@@ -912,10 +903,8 @@ static void on_hs_reply(struct dlockd *d, redisReply *r, void *arg)
 
 static void hs_send(struct redis *rd, int slot, int what, int argc, const char **argv)
 {
-    struct hs_call *h = malloc(sizeof(*h));
+    struct hs_call *h = must(malloc(sizeof(*h)));
 
-    if (h == NULL)
-        fatalx("redis: out of memory");
     *h = (struct hs_call){ rd, rd->epoch, what };
     rd->pending++;
     if (cluster_send(rd->cluster, slot, routed_cmd(argc, argv), on_hs_reply, NULL, h)) {
@@ -1193,10 +1182,9 @@ static void link_fail(struct redis *rd, int refused, const char *fmt, ...)
 
 struct redis *redis_new(struct dlockd *d, const struct redis_owner *owner)
 {
-    struct redis *rd = calloc(1, sizeof(*rd));
+    struct redis *rd = must(calloc(1, sizeof(*rd)));
 
-    if (rd == NULL || (rd->reconnect = evtimer_new(d->base, on_reconnect, rd)) == NULL)
-        fatalx("redis: out of memory");
+    rd->reconnect = must(evtimer_new(d->base, on_reconnect, rd));
     rd->d = d;
     rd->owner = owner;
     rd->backoff = BACKOFF_MIN_MS;

@@ -94,11 +94,9 @@ static void lapsed(struct cycle *cy, const char *wid)
     }
     if (cy->nlapsed == cy->caplapsed) {
         cy->caplapsed = cy->caplapsed ? cy->caplapsed * 2 : 64;
-        if ((cy->lapsed = realloc(cy->lapsed, cy->caplapsed * sizeof(*cy->lapsed))) == NULL)
-            fatalx("renew: out of memory");
+        cy->lapsed = must(realloc(cy->lapsed, cy->caplapsed * sizeof(*cy->lapsed)));
     }
-    if ((cy->lapsed[cy->nlapsed++] = strdup(wid)) == NULL)
-        fatalx("renew: out of memory");
+    cy->lapsed[cy->nlapsed++] = must(strdup(wid));
 }
 
 /* The sequence number of a wid: "daemon.sequence". */
@@ -168,9 +166,8 @@ static void flush(struct cycle *cy)
     if (b == NULL)
         return;
     cy->b = NULL;
-    if ((argv = malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv))) == NULL ||
-        (runs = malloc((size_t)b->n * 12)) == NULL)
-        fatalx("renew: out of memory");
+    argv = must(malloc((size_t)b->n * (CONTRACT_RENEW_KEYS + 3) * sizeof(*argv)));
+    runs = must(malloc((size_t)b->n * 12));
     for (int i = 0; i < b->n; i++) {
         size_t k = b->items[i].keys;
         if (i > 0 && k == b->items[i - 1].keys)
@@ -214,8 +211,7 @@ static size_t put(struct batch *b, ...)
         size_t len = strlen(str);
         if (b->len + len + 1 > b->cap) {
             b->cap = (b->len + len + 1) * 2;
-            if ((b->text = realloc(b->text, b->cap)) == NULL)
-                fatalx("renew: out of memory");
+            b->text = must(realloc(b->text, b->cap));
         }
         memcpy(b->text + b->len, str, len);
         b->len += len;
@@ -248,14 +244,13 @@ static void add(struct cycle *cy, const char *name, const char *pre, const char 
 
     if (cy->b && cy->b->slot != slot)
         flush(cy);
-    if (cy->b == NULL && (cy->b = calloc(1, sizeof(*cy->b))) == NULL)
-        fatalx("renew: out of memory");
+    if (cy->b == NULL)
+        cy->b = must(calloc(1, sizeof(*cy->b)));
     b = cy->b;
     b->slot = slot;
     if (b->n == b->room) {
         b->room = b->room ? 2 * b->room : 8;
-        if ((b->items = realloc(b->items, (size_t)b->room * sizeof(*b->items))) == NULL)
-            fatalx("renew: out of memory");
+        b->items = must(realloc(b->items, (size_t)b->room * sizeof(*b->items)));
     }
     it = &b->items[b->n];
     if (b->n > 0 && strcmp(b->text + it[-1].name, name) == 0)
@@ -291,11 +286,10 @@ static void on_reasserted(struct dlockd *d, const struct contract_reply *rep, vo
 static void reassert(struct cycle *cy, const char *name, const struct hold *h, long long ttl)
 {
     struct contract_args args;
-    struct back *bk = calloc(1, sizeof(*bk));
+    struct back *bk = must(calloc(1, sizeof(*bk)));
     long long lease = h->lease ? ttl : cy->d->cfg.lock_lease;
 
-    if (bk == NULL || (bk->name = strdup(name)) == NULL)
-        fatalx("renew: out of memory");
+    bk->name = must(strdup(name));
     snprintf(bk->hid, sizeof(bk->hid), "%s", h->hid);
     snprintf(bk->token, sizeof(bk->token), "%llu", h->token);
     contract_reassert_args(&args, bk->hid, bk->token, h->count, ttl, lease, h->lease != NULL, h->s->name);
@@ -484,9 +478,7 @@ void renew_start(struct dlockd *d)
     struct timeval tv;
     int64_t every = d->cfg.lock_lease / 3;
 
-    d->renew_timer = event_new(d->base, -1, EV_PERSIST, on_tick, d);
-    if (d->renew_timer == NULL)
-        fatalx("renew: out of memory");
+    d->renew_timer = must(event_new(d->base, -1, EV_PERSIST, on_tick, d));
     tv.tv_sec = every / 1000;
     tv.tv_usec = (every % 1000) * 1000;
     evtimer_add(d->renew_timer, &tv);

@@ -111,8 +111,7 @@ int reqid_begin(struct req *r, struct session *s)
         }
         return 1;
     }
-    if ((rec = calloc(1, sizeof(*rec))) == NULL)
-        fatalx("reqid: out of memory");
+    rec = must(calloc(1, sizeof(*rec)));
     rec->s = s;
     rec->id = dict_set(s->ids, r->pr.id, rec);
     TAILQ_INIT(&rec->retries);
@@ -139,8 +138,7 @@ static void keep_reply(struct idrec *rec, const struct req *r, const char *body)
         for (int i = 0; i < pr->nnames; i++)
             size += strlen(pr->names[i]) + 1;
     }
-    if ((rec->body = malloc(size)) == NULL)
-        fatalx("reqid: out of memory");
+    rec->body = must(malloc(size));
     p = stpcpy(rec->body, body) + 1;
     if (!grant)
         return;

@@ -192,8 +192,7 @@ static char *joined(char *const *v, int n)
 
     for (int i = 0; i < n; i++)
         len += strlen(v[i]) + 1;
-    if ((p = out = calloc(1, len)) == NULL)
-        fatalx("resume: out of memory");
+    p = must(out = calloc(1, len));
     for (int i = 0; i < n; i++)
         p += sprintf(p, "%s%s", i ? " " : "", v[i]);
     return out;
@@ -330,8 +329,8 @@ static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void 
             struct contract_adopted h = contract_adopted(rep, i);
             a->counts[i] = h.count;
             a->lefts[i] = h.left;
-            if (h.token[0] && (a->got[i] = strdup(h.token)) == NULL)
-                fatalx("resume: out of memory");
+            if (h.token[0])
+                a->got[i] = must(strdup(h.token));
         }
     }
     if (--rs->pending == 0)
@@ -341,10 +340,8 @@ static void on_adopted(struct dlockd *d, const struct contract_reply *rep, void 
 /* A new ADOPT call for rs, first in its list. */
 static struct adopt *adopt_new(struct resume *rs)
 {
-    struct adopt *a = calloc(1, sizeof(*a));
+    struct adopt *a = must(calloc(1, sizeof(*a)));
 
-    if (a == NULL)
-        fatalx("resume: out of memory");
     a->rs = rs;
     a->next = rs->adopts;
     rs->adopts = a;
@@ -365,9 +362,9 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
             continue;
         if (a == NULL || a->n == PROTO_MAX_NAMES || batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0]))
             a = adopt_new(rs);
-        if ((a->names[a->n] = strdup(name)) == NULL || (a->hids[a->n] = strdup(hid)) == NULL ||
-            (a->wids[a->n] = strdup(wid[0] && !strchr(wid, ' ') ? wid : "-")) == NULL)
-            fatalx("resume: out of memory");
+        a->names[a->n] = must(strdup(name));
+        a->hids[a->n] = must(strdup(hid));
+        a->wids[a->n] = must(strdup(wid[0] && !strchr(wid, ' ') ? wid : "-"));
         a->tokens[a->n++] = token;
     }
     rs->pending = 1; /* until every call is sent */
@@ -418,7 +415,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
         session_drop(s);
     }
     if (!answered) {
-        req_err(take(rs), PROTO_EBACKEND, "Redis did not answer in time");
+        req_err(take(rs), PROTO_EBACKEND, NO_ANSWER);
         resume_free(rs);
         return;
     }
@@ -439,8 +436,7 @@ static void on_record(struct dlockd *d, const struct contract_record *rec, int a
     }
     snprintf(rs->from, sizeof(rs->from), "%s", rec->daemon);
     snprintf(rs->hash, sizeof(rs->hash), "%s", rec->hash);
-    if ((rs->client = strdup(rec->client)) == NULL)
-        fatalx("resume: out of memory");
+    rs->client = must(strdup(rec->client));
     rs->ttl = session_clamp_ttl(d, rec->ttl);
     if (taking == NULL)
         taking = dict_new();
@@ -464,8 +460,7 @@ void resume_from_record(struct req *r, const char *sid, const struct resume_answ
         ans->refused(r);
         return;
     }
-    if ((rs = calloc(1, sizeof(*rs))) == NULL)
-        fatalx("resume: out of memory");
+    rs = must(calloc(1, sizeof(*rs)));
     rs->d = r->d;
     rs->r = r;
     rs->ans = ans;

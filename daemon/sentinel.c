@@ -84,10 +84,8 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static redisAsyncContext *open_one(struct sentinel *s, int i, redisCallbackFn *on_auth, char *err, size_t len)
 {
     const struct addr *a = &s->list->addr[i];
-    redisAsyncContext *ac = a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port);
+    redisAsyncContext *ac = must(a->is_unix ? redisAsyncConnectUnix(a->path) : redisAsyncConnect(a->host, a->port));
 
-    if (ac == NULL)
-        fatalx("sentinel: out of memory");
     if (ac->err) {
         snprintf(err, len, "%s", ac->errstr);
         redisAsyncFree(ac);
@@ -344,10 +342,9 @@ static void on_rewatch(evutil_socket_t fd, short what, void *arg)
 
 struct sentinel *sentinel_new(struct dlockd *d, sentinel_switch_cb *on_switch, void *arg)
 {
-    struct sentinel *s = calloc(1, sizeof(*s));
+    struct sentinel *s = must(calloc(1, sizeof(*s)));
 
-    if (s == NULL || (s->rewatch = evtimer_new(d->base, on_rewatch, s)) == NULL)
-        fatalx("sentinel: out of memory");
+    s->rewatch = must(evtimer_new(d->base, on_rewatch, s));
     s->d = d;
     s->list = &d->cfg.sentinels;
     s->on_switch = on_switch;

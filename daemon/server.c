@@ -300,11 +300,10 @@ static int listen_inherited(struct dlockd *d, struct server *srv)
 
 int server_listen(struct dlockd *d)
 {
-    struct server *srv = calloc(1, sizeof(*srv));
+    struct server *srv = must(calloc(1, sizeof(*srv)));
     char name[300];
 
-    if (srv == NULL || (srv->resume = evtimer_new(d->base, on_resume, srv)) == NULL)
-        fatalx("server: out of memory");
+    srv->resume = must(evtimer_new(d->base, on_resume, srv));
     d->server = srv;
     server_fd_limit(&d->cfg);
     if ((srv->inherited = listen_inherited(d, srv)) > 0)

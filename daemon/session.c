@@ -51,10 +51,8 @@ long long session_redis_lease(const struct dlockd *d, const struct session *s)
 /* A session with no id yet, not in d->sessions. */
 static struct session *session_alloc(struct dlockd *d, const char *name, int64_t ttl)
 {
-    struct session *s = calloc(1, sizeof(*s));
+    struct session *s = must(calloc(1, sizeof(*s)));
 
-    if (s == NULL)
-        fatalx("session: out of memory");
     s->d = d;
     session_set_name(s, name);
     s->ttl = session_clamp_ttl(d, ttl);
@@ -127,8 +125,7 @@ struct session *session_resume(struct dlockd *d, const char *id, const char *nam
 void session_set_name(struct session *s, const char *name)
 {
     free(s->name);
-    if ((s->name = strndup(name, PROTO_STR_MAX)) == NULL)
-        fatalx("session: out of memory");
+    s->name = must(strndup(name, PROTO_STR_MAX));
 }
 
 struct session *session_find(struct dlockd *d, const char *id)
@@ -174,8 +171,7 @@ void session_untold(struct session *s, const char *hid, const char *name)
     /* One line per hold: at most max-holds of them, as the events they stand for. */
     if (s->nmissed > s->d->cfg.max_holds)
         return;
-    if ((s->untold = realloc(s->untold, s->untold_len + len + 1)) == NULL)
-        fatalx("session: out of memory");
+    s->untold = must(realloc(s->untold, s->untold_len + len + 1));
     s->untold_len += (size_t)sprintf(s->untold + s->untold_len, "%s %s\n", hid, name);
 }
 

@@ -27,9 +27,8 @@ static struct share *sharer(struct dlockd *d)
     struct share *sh = d->share;
 
     if (sh == NULL) {
-        if ((sh = d->share = calloc(1, sizeof(*sh))) == NULL ||
-            (sh->serve = event_new(d->base, -1, 0, on_serve, d)) == NULL)
-            fatalx("share: out of memory");
+        sh = d->share = must(calloc(1, sizeof(*sh)));
+        sh->serve = must(event_new(d->base, -1, 0, on_serve, d));
         TAILQ_INIT(&sh->round);
     }
     return sh;

@@ -26,10 +26,8 @@ static void wait_abandon(struct wait *w);
 
 static char *wid_copy(const struct wait *w)
 {
-    char *wid = strdup(w->wid);
+    char *wid = must(strdup(w->wid));
 
-    if (wid == NULL)
-        fatalx("wait: out of memory");
     return wid;
 }
 
@@ -408,8 +406,7 @@ static void lease_end_heard(struct dlockd *d, const char *name, long long ms)
             *end = when;
         return;
     }
-    if ((end = malloc(sizeof(*end))) == NULL)
-        fatalx("wait: out of memory");
+    end = must(malloc(sizeof(*end)));
     *end = when;
     dict_set(heard.ends, name, end);
 }
@@ -731,9 +728,9 @@ static void cancel_unanswered(struct wait *w)
         w->cancel_until = wait_redis_ends(w) ? w->ends : now + (uint64_t)w->d->cfg.lock_lease;
     over = now >= w->cancel_until;
     if (w->req && w->intent == WAIT_QUITTING)
-        req_err(wait_take_req(w), PROTO_EBACKEND, "Redis did not answer in time");
+        req_err(wait_take_req(w), PROTO_EBACKEND, NO_ANSWER);
     else if (w->req && over)
-        req_err(wait_take_req(w), PROTO_EBACKEND, "Redis did not answer in time; nothing was granted");
+        req_err(wait_take_req(w), PROTO_EBACKEND, NO_ANSWER "; nothing was granted");
     if (over)
         wait_free(w);
     else
@@ -862,8 +859,7 @@ struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kin
     size = sizeof(*w) + (size_t)nnames * sizeof(char *) + strlen(hid) + 1 + strlen(s->name) + 1;
     for (int i = 0; i < nnames; i++)
         size += strlen(names[i]) + 1;
-    if ((w = calloc(1, size)) == NULL)
-        fatalx("wait: out of memory");
+    w = must(calloc(1, size));
     w->d = d;
     w->kind = kind;
     w->req = r;
