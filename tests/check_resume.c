@@ -141,6 +141,39 @@ START_TEST(test_local_resume_events_after_ok)
 }
 END_TEST
 
+/* A wait whose end passed while it was held behind the failover gate, queued when the gate
+ * opens and granted at once by a release in the same round, gets a hold with what is left of
+ * its queue entry's lease: nothing. It must not be answered OK for a hold that ended before
+ * it was given (found by the chaos client, seed 425130: a semaphore over its limit, one
+ * holder told OK, then LOST reason=backend). */
+START_TEST(test_no_ok_for_a_grant_born_lapsed)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, H_ARGS("--failover-delay", "2s", "--gate-wait", "10s"));
+    struct h_conn *a = H_CLIENT(d1, "name=a"), *b = H_CLIENT(d1, "name=b"), *o = H_CLIENT(d1, "name=o");
+    const char *const restarted[] = { "writing holds back", NULL };
+    const char *r;
+
+    h_redis_kill(R);
+    h_redis_restart(R); /* empty: the gate closes */
+    ck_assert(h_log_wait(d1, restarted, 1, 10000));
+    h_send(a, "ACQUIRE s limit=1");
+    h_sleep_ms(100);
+    h_send(b, "ACQUIRE s limit=1 wait=300ms");
+    h_sleep_ms(100);
+    h_send(a, "RELEASE s");
+    H_REPLY(a, "OK token=%d held=1 free=0", 10000);
+    H_REPLY(a, "OK held=0 free=%d", 5000);
+    r = h_reply(b, 5000);
+    ck_assert_msg(r != NULL, "b's ACQUIRE was not answered");
+    if (h_match(r, "OK token=%d held=1 free=0")) {
+        const char *st = H_REQ(o, "OK %*", "STATUS s");
+        ck_assert_msg(h_json_has(st, "\"client\":\"b\""), "b was told %s, but holds nothing: %s", r, st);
+    } else {
+        ck_assert_msg(strcmp(r, "TIMEOUT") == 0, "b's ACQUIRE: %s", r);
+    }
+}
+END_TEST
+
 static const char *const GATE_5S[] = { "--lock-lease", "3s", "--failover-delay", "5s", "--gate-wait", "20s", NULL };
 
 /* While the failover gate is closed a resume from another daemon is refused at once, nothing
@@ -264,6 +297,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_lock_behind_refused_resume);
     tcase_add_test(tc, test_quit_on_old_daemon_after_resume);
     tcase_add_test(tc, test_local_resume_events_after_ok);
+    tcase_add_test(tc, test_no_ok_for_a_grant_born_lapsed);
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);

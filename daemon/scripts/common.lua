@@ -323,9 +323,12 @@ local function grant_waiter(wid, w, group)
         local expiry = NOW + w.lease
         local entry = tonumber(redis.call('ZSCORE', s.x, '@' .. wid))
         if entry and entry < expiry then
+            -- an entry queued after its request's wait had ended (behind the failover
+            -- gate, say) is over already: 0 left, so its daemon checks it (not -1)
+            local l = entry > NOW and entry - NOW or 0
             expiry = entry
-            if left < 0 or entry - NOW < left then
-                left = entry - NOW
+            if left < 0 or l < left then
+                left = l
             end
         end
         dequeue(s, wid)
