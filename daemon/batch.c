@@ -509,7 +509,6 @@ const char *batch_gated_until(const struct dlockd *d, char *buf, size_t len)
     return buf;
 }
 
-
 void batch_close(struct dlockd *d)
 {
     struct batcher *bt = d->batcher;

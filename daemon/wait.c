@@ -26,11 +26,8 @@ static void wait_abandon(struct wait *w);
 
 static char *wid_copy(const struct wait *w)
 {
-    char *wid = must(strdup(w->wid));
-
-    return wid;
+    return must(strdup(w->wid));
 }
-
 
 static const char *const phase_names[] = { "sending", "queued", "cancelling" };
 static const char *const intent_names[] = { "wanted", "recheck", "quitting", "abandoned" };
@@ -492,6 +489,8 @@ static void finish_submit(struct dlockd *d, const char *wid, const struct contra
             wait_abandon(w); /* its connection closed while it was sent */
         else if (w->intent == WAIT_ABANDONED)
             wait_cancel(w);
+        else if (w->intent == WAIT_RECHECK)
+            wait_cancel(w); /* a grant heard while it was sent, to be checked: now it can be */
         else
             arm_retry(w, rep->retry_ms);
         return;

@@ -557,6 +557,27 @@ END_TEST
 
 /* ---- "stress" */
 
+/* A LOCK that queues and is granted by a release in the same round (one loop turn): the grant
+ * reaches the daemon in the same reply as the LOCK's own answer, before it; a grant from a
+ * finite wait is checked before it is answered, and that check must not wait for the next
+ * renewal round (10 s): it runs once the LOCK's answer is in (test_stress_counter hit it). */
+START_TEST(test_grant_heard_while_sent)
+{
+    struct h_conn *c = H_CLIENT(D, "name=both");
+    const char *r;
+    int64_t t0;
+
+    H_REQ(c, "OK token=%d count=1", "LOCK heard owner=a");
+    t0 = h_now_ms();
+    h_send(c, "#l LOCK heard wait=5s owner=b\n#u UNLOCK heard owner=a");
+    r = h_reply_tag(c, "u", 5000);
+    ck_assert_msg(r && strcmp(r, "#u OK count=0") == 0, "the UNLOCK: %s", r ? r : "(none)");
+    r = h_reply_tag(c, "l", 8000);
+    ck_assert_msg(r && h_match(r, "#l OK token=%d count=1"), "the LOCK: %s", r ? r : "(none)");
+    ck_assert_msg(h_now_ms() - t0 < 3000, "the LOCK was answered after %lld ms", (long long)(h_now_ms() - t0));
+}
+END_TEST
+
 #define STRESS_CLIENTS 20
 #define STRESS_ITERS 50
 
@@ -671,6 +692,7 @@ static Suite *locks_suite(void)
     tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_grant);
+    tcase_add_test(tc, test_grant_heard_while_sent);
     tcase_add_test(tc, test_busy);
     tcase_add_test(tc, test_timeout);
     tcase_add_test(tc, test_reentrant);
