@@ -329,7 +329,7 @@ static void rd_keys(const char *name, char keys[7][256])
         snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
 }
 
-/* FCALL batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name nargs args... */
+/* FCALL batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name 0(no record) nargs args... */
 static void rd_script(struct cl *c, int kind, const char *op, const char *name, int nargs, const char **args,
                       cl_cb *cb, void *arg)
 {
@@ -350,6 +350,7 @@ static void rd_script(struct cl *c, int kind, const char *op, const char *name, 
     argv[n++] = op;
     argv[n++] = "1";
     argv[n++] = name;
+    argv[n++] = "0"; /* no session record carried */
     snprintf(count, sizeof(count), "%d", nargs);
     argv[n++] = count;
     for (int i = 0; i < nargs; i++)

@@ -451,6 +451,8 @@ int batch_op(struct dlockd *d, enum op_id op, int flags, int nnames, const char 
     b->ops[b->nops++] = (struct batch_op){ op, cb, late, arg };
     for (int i = 0; i < nnames; i++)
         add_keys(d, &b->keys, names[i]);
+    if (args && args->record)
+        strv_add(&b->keys, args->record, strlen(args->record));
     contract_op_frame(&f, op, nnames, names, args);
     for (int i = 0; i < f.n; i++)
         strv_add(&b->args, f.v[i], strlen(f.v[i]));

@@ -11,7 +11,8 @@ struct dlockd;
  * Adds operation op on names to the batch sent at the end of this turn of
  * the loop (at once when the batch is full). KEYS are the names' keys, the
  * operation's ARGV its names and then args (built by contract.c, NULL for
- * none; all copied). With BATCH_BOUNDED in flags, Redis runs it only until a quarter short
+ * none; all copied), and the record args->record carries, if any, in KEYS
+ * after its names' keys (record_carried). With BATCH_BOUNDED in flags, Redis runs it only until a quarter short
  * of backend-timeout after it is sent (once a reply has shown Redis's
  * clock): a batch that starts later changes nothing, and cb (then late, if
  * given) gets NULL as for a timeout. cb gets the operation's own reply,

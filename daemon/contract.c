@@ -60,10 +60,18 @@ void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, cons
     f->v[f->n++] = f->nnames;
     for (int i = 0; i < nnames; i++)
         f->v[f->n++] = names[i];
+    f->v[f->n++] = args && args->record ? "1" : "0";
     str_ll(f->nargs, sizeof(f->nargs), nargs);
     f->v[f->n++] = f->nargs;
     for (int i = 0; i < nargs; i++)
         f->v[f->n++] = args->v[i];
+}
+
+/* An empty a, carrying no record. */
+static void begin(struct contract_args *a)
+{
+    a->n = 0;
+    a->record = NULL;
 }
 
 static void add(struct contract_args *a, const char *s)
@@ -90,7 +98,7 @@ static void add_char(struct contract_args *a, char c)
  * hold, bounded, of the queue entry); lock.lua has the mode after the first. */
 static void add_request(struct contract_args *a, const struct contract_lock *l, char mode)
 {
-    a->n = 0;
+    begin(a);
     add(a, l->who);
     if (mode)
         add_char(a, mode);
@@ -126,11 +134,12 @@ void contract_acquire_args(struct contract_args *a, const struct contract_lock *
 }
 
 /* unlock.lua: session:owner, mode, all, token, counts to drop, lock-delay,
- * and per name 1 when the daemon knows of the hold, else 0. */
+ * per name 1 when the daemon knows of the hold, else 0, and per name 1 when
+ * a hold that ends leaves the record. */
 void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
-                          long long count, long long delay, const char *known)
+                          long long count, long long delay, const char *known, const char *unindex)
 {
-    a->n = 0;
+    begin(a);
     add(a, who);
     add_char(a, mode);
     add_num(a, all != 0);
@@ -138,12 +147,13 @@ void contract_unlock_args(struct contract_args *a, const char *who, char mode, i
     add_num(a, count);
     add_num(a, delay);
     add(a, known);
+    add(a, unindex ? unindex : "");
 }
 
 /* cancel.lua: wid, hid, "check" or "". */
 void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check)
 {
-    a->n = 0;
+    begin(a);
     add(a, wid);
     add(a, hid);
     add(a, check ? "check" : "");
@@ -153,7 +163,7 @@ void contract_cancel_args(struct contract_args *a, const char *wid, const char *
 void contract_adopt_args(struct contract_args *a, long long lease, const char *hids, const char *wids,
                          const char *to, const char *from)
 {
-    a->n = 0;
+    begin(a);
     add_num(a, lease);
     add(a, hids);
     add(a, wids);
@@ -165,7 +175,7 @@ void contract_adopt_args(struct contract_args *a, long long lease, const char *h
 void contract_reassert_args(struct contract_args *a, const char *hid, const char *token, long long count,
                             long long ttl, long long lease, int bounded, const char *client)
 {
-    a->n = 0;
+    begin(a);
     add(a, hid);
     add(a, token);
     add_num(a, count);
@@ -178,7 +188,7 @@ void contract_reassert_args(struct contract_args *a, const char *hid, const char
 /* latch.lua: op, n, ttl. */
 void contract_latch_args(struct contract_args *a, const char *op, long long n, long long ttl)
 {
-    a->n = 0;
+    begin(a);
     add(a, op);
     add_num(a, n);
     add_num(a, ttl);

@@ -47,7 +47,7 @@ void contract_batch_head(const char **head, const char *prefix, const char *id, 
 /* An operation's part of the batch's ARGV; v points into the caller's strings and the counts. */
 struct contract_frame {
     int n;                                              /* strings in v */
-    const char *v[3 + PROTO_MAX_NAMES + CONTRACT_ARGS_MAX]; /* in the batch script's order */
+    const char *v[4 + PROTO_MAX_NAMES + CONTRACT_ARGS_MAX]; /* in the batch script's order */
     char nnames[16], nargs[16];                         /* the counts, formatted */
 };
 
@@ -56,6 +56,7 @@ struct contract_args {
     int n;                                /* strings in v */
     const char *v[CONTRACT_ARGS_MAX];     /* the arguments, in the script's order */
     char num[CONTRACT_ARGS_MAX][24];      /* the numbers among them, formatted */
+    const char *record;                   /* the key of the session's record it carries (LOCK, UNLOCK), or NULL */
 };
 
 /* What a LOCK or ACQUIRE asks of Redis. */
@@ -77,8 +78,12 @@ struct contract_lock {
 
 /*
  * Fills f with operation op's part of the batch's ARGV: its name, the
- * number of its names (PROTO_MAX_NAMES at most), the names, the number of
- * its arguments and the arguments (args NULL for none).
+ * number of its names (PROTO_MAX_NAMES at most), the names, 1 when it
+ * carries its session's record (args->record, declared in KEYS after its
+ * names' keys) else 0, the number of its arguments and the arguments (args
+ * NULL for none). An operation that carries its record indexes there what
+ * it grants, queues and releases (scripts/common.lua): never with Redis
+ * Cluster, where the record is in a slot of its own.
  */
 void contract_op_frame(struct contract_frame *f, enum op_id op, int nnames, const char *const *names,
                        const struct contract_args *args);
@@ -94,10 +99,11 @@ void contract_acquire_args(struct contract_args *a, const struct contract_lock *
  * delay > 0 the hold stays, ownerless, that long. known has one '1' or
  * '0' per name: whether the daemon knows of the hold (a hold it does not
  * know of was granted to a request not answered yet: not the client's to
- * release).
+ * release). unindex (NULL for none) likewise: whether a hold that ends
+ * leaves the record a->record, set after this.
  */
 void contract_unlock_args(struct contract_args *a, const char *who, char mode, int all, const char *token,
-                          long long count, long long delay, const char *known);
+                          long long count, long long delay, const char *known, const char *unindex);
 /* Fills a with the ARGV of a CANCEL (scripts/cancel.lua) of waiter wid for hid; check only confirms a grant. */
 void contract_cancel_args(struct contract_args *a, const char *wid, const char *hid, int check);
 /*

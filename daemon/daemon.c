@@ -93,14 +93,19 @@ static void session_forget(struct session *s)
 }
 
 /* A hold of s on name ended here: its record no longer lists it unless a wait may still be granted it,
- * or s has no connection to hear its LOST (a resume elsewhere tells it from the record). */
-static void hold_ended(struct session *s, const char *hid, const char *name)
+ * or s has no connection to hear its LOST (a resume elsewhere tells it from the record). One that
+ * Redis unindexed with its release (dropped: its token) but that must stay is indexed again. */
+static void hold_ended(struct session *s, const char *hid, const char *name, const char *dropped)
 {
-    if (wait_owner_knows(s->d, s, hid + 1, name, NULL, 0))
+    int keep = wait_owner_knows(s->d, s, hid + 1, name, NULL, 0);
+
+    if (dropped && (keep || conn_gone(s->conn)))
+        record_granted(s, hid, name, dropped);
+    if (keep)
         return;
     if (conn_gone(s->conn))
         session_untold(s, hid, name);
-    else
+    else if (!dropped)
         record_index(s, hid, name, 0);
 }
 

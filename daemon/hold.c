@@ -69,16 +69,17 @@ static void drop(struct dlockd *d, struct hold *h, int64_t delay)
     hold_release(d, name, hid, token, 1, 0, delay);
 }
 
-/* Forgets h here, then lets the session's record forget it. */
-static void forget(struct dlockd *d, struct hold *h)
+/* Forgets h here, then lets the session's record forget it (unindexed: Redis did with its release). */
+static void forget(struct dlockd *d, struct hold *h, int unindexed)
 {
     struct session *s = h->s;
-    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1];
+    char name[PROTO_NAME_MAX + 1], hid[HID_MAX + 1], token[TOKEN_MAX];
 
     str_copy(name, sizeof(name), h->ln->name);
     str_copy(hid, sizeof(hid), h->hid);
+    str_ll(token, sizeof(token), (long long)h->token);
     hold_remove(d, h);
-    d->hooks->hold_ended(s, hid, name);
+    d->hooks->hold_ended(s, hid, name, unindexed ? token : NULL);
 }
 
 static void on_lease_end(struct deadline *dl)
@@ -93,7 +94,7 @@ static void on_lease_end(struct deadline *dl)
     str_copy(name, sizeof(name), h->ln->name);
     str_copy(hid, sizeof(hid), h->hid);
     drop(s->d, h, 0);
-    s->d->hooks->hold_ended(s, hid, name);
+    s->d->hooks->hold_ended(s, hid, name, NULL);
 }
 
 static struct lname *name_get(struct dlockd *d, const char *name)
@@ -136,7 +137,7 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
     h->count = count;
 }
 
-void hold_count(struct dlockd *d, const char *name, const char *hid, long long count)
+void hold_count(struct dlockd *d, const char *name, const char *hid, long long count, int unindexed)
 {
     struct hold *h = hold_find(d, name, hid);
 
@@ -145,7 +146,7 @@ void hold_count(struct dlockd *d, const char *name, const char *hid, long long c
     if (count > 0)
         h->count = count;
     else
-        forget(d, h);
+        forget(d, h, unindexed);
 }
 
 void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *token, const char *reason)
@@ -158,7 +159,7 @@ void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *
     log_info("audit: lost name=%s session=%s client=%s token=%llu reason=%s", name, h->s->id, h->s->name, h->token,
              reason);
     conn_session_event(h->s, "LOST %s token=%llu reason=%s", name, h->token, reason);
-    forget(d, h);
+    forget(d, h, 0);
 }
 
 /* A release answers nobody: what it hands on goes out with its batch's grants. */
@@ -174,7 +175,7 @@ static int release(struct dlockd *d, const char *name, const char *hid, const ch
 {
     struct contract_args args;
 
-    contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay, "1");
+    contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay, "1", NULL);
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
     if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, cb, NULL, arg) == 0)
         return 0;
@@ -199,7 +200,7 @@ int hold_undo(struct dlockd *d, const char *name, const char *hid, const char *t
               void *arg)
 {
     if (hold_has(d, name, hid, token))
-        hold_count(d, name, hid, hold_find(d, name, hid)->count - k);
+        hold_count(d, name, hid, hold_find(d, name, hid)->count - k, 0);
     return release(d, name, hid, token, 0, k, 0, cb ? cb : on_release, arg);
 }
 

@@ -54,8 +54,8 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
 struct hold *hold_find(struct dlockd *d, const char *name, const char *hid);
 /* Forgets h locally (Redis is not told). */
 void hold_remove(struct dlockd *d, struct hold *h);
-/* Sets a hold's count from Redis's answer; 0 forgets it. */
-void hold_count(struct dlockd *d, const char *name, const char *hid, long long count);
+/* Sets a hold's count from Redis's answer; 0 forgets it (unindexed: Redis took it out of its session's record). */
+void hold_count(struct dlockd *d, const char *name, const char *hid, long long count, int unindexed);
 /* The renewal found a hold gone from Redis: unless it has been granted
  * again since (another token), tells its session * LOST and forgets it. */
 void hold_lost(struct dlockd *d, const char *name, const char *hid, const char *token, const char *reason);

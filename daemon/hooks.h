@@ -23,7 +23,8 @@ struct hooks {
     void (*ended)(struct req *r);                           /* r ends, answered or not: a read frees its turn */
     int (*script)(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
                   const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
-    void (*hold_ended)(struct session *s, const char *hid, const char *name); /* a hold here ended: unindex it */
+    /* a hold here ended: unindex it; dropped is its token when Redis unindexed it with its release, else NULL */
+    void (*hold_ended)(struct session *s, const char *hid, const char *name, const char *dropped);
     void (*each_index)(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),
                        void *arg); /* what s's record indexes: its holds (token) and its waits' names ("0") */
     int (*check_moved)(struct dlockd *d, const char *sid, void (*done)(struct dlockd *d, int answered, void *arg),

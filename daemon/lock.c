@@ -14,6 +14,7 @@
 #include "lock.h"
 #include "log.h"
 #include "multi.h"
+#include "record.h"
 #include "redis.h"
 #include "session.h"
 #include "wait.h"
@@ -31,6 +32,7 @@ struct op {
     int nnames;
     const char *names[PROTO_MAX_NAMES]; /* point into req's line */
     int at[PROTO_MAX_NAMES]; /* a part's names' places in the request */
+    char unindex[PROTO_MAX_NAMES + 1]; /* per name '1' when Redis unindexes a hold that ends (record_carried) */
 };
 
 /* An UNLOCK across cluster slots: answered once every slot's part is. */
@@ -160,7 +162,7 @@ static int unlock_applied(struct dlockd *d, const struct op *op, const struct co
         struct strbuf b = sb_on(hid, sizeof(hid));
         sb_chr(&b, modes[2 * i]);
         sb_str(&b, op->who);
-        hold_count(d, op->names[i], hid, atoll(count));
+        hold_count(d, op->names[i], hid, atoll(count), op->unindex[i] == '1');
         log_info("audit: release name=%s session=%s client=%s count=%s", op->names[i], op->req->sid,
                  s ? s->name : "-", count);
         if (op->split)
@@ -281,7 +283,7 @@ static void unlock_split(struct op *all, const char *known, char shared)
             ones[op->nnames++] = '1';
         }
         ones[op->nnames] = '\0';
-        contract_unlock_args(&args, op->who, shared, (all->req->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, ones);
+        contract_unlock_args(&args, op->who, shared, (all->req->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, ones, NULL);
         sp->pending++;
         if (hold_script(d, OP_UNLOCK, op->nnames, op->names, &args, on_unlock_part, NULL, op)) {
             if (sp->why[0] == '\0') {
@@ -296,11 +298,36 @@ static void unlock_split(struct op *all, const char *known, char shared)
     split_done(sp);
 }
 
+/*
+ * The key of op's session's record, in key, when the UNLOCK or RELEASE can
+ * carry it (record_carried), else NULL; fills op->unindex: a hold that ends
+ * leaves the record with it, in the same call, when it is its owner's only
+ * hold on the name here and no wait of theirs is for the name.
+ */
+static const char *carry_record(struct op *op, char *key, size_t len)
+{
+    struct session *s = req_session(op->req);
+    const char *record = s ? record_carried(s, key, len) : NULL;
+
+    for (int i = 0; i < op->nnames; i++) {
+        struct lname *ln = record ? hold_name(op->req->d, op->names[i]) : NULL;
+        const struct hold *h;
+        int n = 0;
+        if (ln)
+            TAILQ_FOREACH(h, &ln->holds, in_name)
+                n += h->s == s && strcmp(h->hid + 1, op->who) == 0;
+        op->unindex[i] = n == 1 && !wait_owner_waits(s, op->who, op->names[i], NULL, 0) ? '1' : '0';
+    }
+    op->unindex[op->nnames] = '\0';
+    return record;
+}
+
 void lock_unlock(struct req *r)
 {
     struct op *op;
     struct contract_args args;
-    char known[PROTO_MAX_NAMES + 1], shared = (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0';
+    char known[PROTO_MAX_NAMES + 1], key[CONTRACT_KEY_MAX], shared = (r->pr.flags & PROTO_F_SHARED) ? 's' : '\0';
+    const char *record;
 
     op = op_new(r, r->sid);
     known_holds(op, known);
@@ -308,7 +335,9 @@ void lock_unlock(struct req *r)
         unlock_split(op, known, shared);
         return;
     }
-    contract_unlock_args(&args, op->who, shared, (r->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, known);
+    record = carry_record(op, key, sizeof(key));
+    contract_unlock_args(&args, op->who, shared, (r->pr.flags & PROTO_F_ALL) != 0, "", 1, 0, known, op->unindex);
+    args.record = record;
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 
@@ -316,11 +345,14 @@ void lock_release(struct req *r)
 {
     struct op *op;
     struct contract_args args;
-    char known[PROTO_MAX_NAMES + 1];
+    char known[PROTO_MAX_NAMES + 1], key[CONTRACT_KEY_MAX];
+    const char *record;
 
     op = op_new(r, r->sid);
     known_holds(op, known);
-    contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0, known);
+    record = carry_record(op, key, sizeof(key));
+    contract_unlock_args(&args, op->who, 'p', 0, "", (long long)r->pr.permits, 0, known, op->unindex);
+    args.record = record;
     script_or_backend(op, OP_UNLOCK, &args, on_unlock);
 }
 

@@ -81,7 +81,7 @@ static void lose(struct dlockd *d, struct hold *h)
     snprintf(name, sizeof(name), "%s", h->ln->name);
     snprintf(hid, sizeof(hid), "%s", h->hid);
     hold_remove(d, h);
-    d->hooks->hold_ended(s, hid, name);
+    d->hooks->hold_ended(s, hid, name, NULL);
 }
 
 /* Ends s as if it expired, but its holders hear reason=admin and no lock-delay keeps the names. */

@@ -235,6 +235,14 @@ void record_waiting(struct session *s, const char *hid, const char *name, const 
     change(s, 1, value, hid, name);
 }
 
+const char *record_carried(const struct session *s, char *buf, size_t len)
+{
+    if (!s->has_secret || redis_slots(s->d->redis) != 1)
+        return NULL;
+    session_key(buf, len, s);
+    return buf;
+}
+
 static void drop_pending(void)
 {
     for (int i = 0; i < pend.n; i++)
@@ -296,7 +304,7 @@ void record_told(struct session *s)
         char *nl = memchr(line, '\n', (size_t)(end - line)), *sp = memchr(line, ' ', (size_t)(nl - line));
         *nl = *sp = '\0';
         if (hold_find(s->d, sp + 1, line) == NULL) /* not granted again since */
-            s->d->hooks->hold_ended(s, line, sp + 1);
+            s->d->hooks->hold_ended(s, line, sp + 1, NULL);
         line = nl + 1;
     }
     free(buf);

@@ -39,6 +39,13 @@ int record_fetch(struct dlockd *d, const char *sid, record_cb *cb, void *arg);
  * hold is in the record before Redis can grant it.
  */
 void record_index(struct session *s, const char *hid, const char *name, int add);
+/*
+ * The key of s's record, in buf, for a LOCK or UNLOCK to carry (contract_args
+ * record): Redis then indexes what it grants, queues and releases in the same
+ * call. NULL when s has no record (no secret), or with Redis Cluster, where
+ * the record is in a slot of its own: the changes are noted as below then.
+ */
+const char *record_carried(const struct session *s, char *buf, size_t len);
 /* Notes the waiter queued for hid on name, so that a resume elsewhere can take it out of the queue. */
 void record_waiting(struct session *s, const char *hid, const char *name, const char *wid);
 /* Notes the token of a hold granted to s, so that a resume elsewhere can report it lost. */

@@ -104,7 +104,7 @@ static void wait_free(struct wait *w)
 
     dict_del(d->waits, w->wid);
     /* Names it was not granted leave the session's record, unless something else keeps them. */
-    for (int i = 0; w->s && i < w->nnames; i++)
+    for (int i = 0; w->s && w->index != WAIT_INDEX_NONE && i < w->nnames; i++)
         if (!wait_owner_knows(d, w->s, w->hid + 1, w->names[i], w, 0))
             record_index(w->s, w->hid, w->names[i], 0);
     wait_detach(w);
@@ -153,10 +153,12 @@ static void grant_one(struct session *s, const struct wait *w, int i, const char
     int reentry = hold_has(w->d, w->names[i], w->hid, token); /* the record has it */
     struct hold *h;
 
-    if (!reentry && record)
-        record_granted(s, w->hid, w->names[i], token);
-    else if (!reentry) /* nor is it waited for: a resume elsewhere must not adopt it by its waiter */
+    if (!reentry && record) {
+        if (w->index != WAIT_INDEX_GRANTED) /* else the LOCK that carried the record indexed it */
+            record_granted(s, w->hid, w->names[i], token);
+    } else if (!reentry) { /* nor is it waited for: a resume elsewhere must not adopt it by its waiter */
         record_index(s, w->hid, w->names[i], 0);
+    }
     hold_set(s, w->names[i], w->hid, token, atoll(count), w->lease);
     h = hold_find(w->d, w->names[i], w->hid);
     if (record)
@@ -478,9 +480,13 @@ static void finish_submit(struct dlockd *d, const char *wid, const struct contra
     if (w == NULL)
         return; /* granted by the batch's grants, or by pub/sub first */
     if (rep->status == CONTRACT_OK) {
+        if (w->index == WAIT_INDEX_REDIS)
+            w->index = WAIT_INDEX_GRANTED;
         wait_granted(w, &rep->grant);
         return;
     }
+    if (rep->status != CONTRACT_WAIT && w->index == WAIT_INDEX_REDIS)
+        w->index = WAIT_INDEX_NONE;
     if (rep->status == CONTRACT_WAIT) {
         wait_phase(w, WAIT_QUEUED);
         if (w->intent == WAIT_QUITTING)
@@ -550,12 +556,19 @@ int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who,
 {
     struct lname *ln = hold_name(d, name);
     const struct hold *h;
-    const struct wait *o;
 
     if (ln)
         TAILQ_FOREACH(h, &ln->holds, in_name)
             if (h->s == s && strcmp(h->hid + 1, who) == 0 && !(sending_only && h->untold))
                 return 1;
+    return wait_owner_waits(s, who, name, skip, sending_only);
+}
+
+int wait_owner_waits(const struct session *s, const char *who, const char *name, const struct wait *skip,
+                     int sending_only)
+{
+    const struct wait *o;
+
     TAILQ_FOREACH(o, &s->waits, in_session) {
         if (o == skip || strcmp(o->hid + 1, who) != 0 || (sending_only && o->phase != WAIT_SENDING))
             continue;
@@ -598,17 +611,19 @@ void wait_submit(struct wait *w)
         .ends = wait_redis_ends(w),
     };
     struct contract_args args;
-    char *wid;
+    char *wid, key[CONTRACT_KEY_MAX];
+    const char *record = w->s && w->kind == WAIT_LOCK ? record_carried(w->s, key, sizeof(key)) : NULL;
     int rc;
 
     wait_number(w);
     wid = wid_copy(w);
     l.wid = w->wid;
+    w->index = record ? WAIT_INDEX_REDIS : WAIT_INDEX_DAEMON;
     for (int i = 0; i < w->nnames; i++) {
         known[i] = owner_known(w, w->names[i]) ? '1' : '0';
         /* In the record before Redis can grant it (record_flush runs before the batch), with
-         * its waiter, which a resume elsewhere takes out of the queue. */
-        if (known[i] == '0' && w->s)
+         * its waiter, which a resume elsewhere takes out of the queue; or by the LOCK itself. */
+        if (known[i] == '0' && w->s && !record)
             record_waiting(w->s, w->hid, w->names[i], w->wid);
     }
     known[w->nnames] = '\0';
@@ -616,6 +631,7 @@ void wait_submit(struct wait *w)
         contract_acquire_args(&args, &l);
     else
         contract_lock_args(&args, &l);
+    args.record = record;
     wait_phase(w, WAIT_SENDING);
     w->submitted = now_ms();
     rc = hold_script(d, w->kind == WAIT_SEM ? OP_ACQUIRE : OP_LOCK, w->nnames,

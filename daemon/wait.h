@@ -46,6 +46,14 @@ struct wait_parent {
     void (*failed)(void *arg, struct req *r);
 };
 
+/* Who writes a wait's names into its session's record (record.h). */
+enum wait_index {
+    WAIT_INDEX_DAEMON,  /* this daemon, before it is sent and once granted */
+    WAIT_INDEX_REDIS,   /* its LOCK carries the record: Redis indexes a grant or queue entry with it */
+    WAIT_INDEX_GRANTED, /* the same, and its LOCK was granted at once: the record has the token */
+    WAIT_INDEX_NONE,    /* the same, and its LOCK was refused: nothing was written */
+};
+
 struct wait {
     struct dlockd *d;
     enum wait_kind kind;
@@ -65,6 +73,7 @@ struct wait {
     uint64_t submitted;       /* monotonic ms it was last sent to Redis */
     uint64_t ends;            /* monotonic ms its wait= ends, 0 for never */
     uint64_t cancel_until;    /* a cancel went unanswered: tried again until then (monotonic ms), else 0 */
+    enum wait_index index;    /* who writes its names into its session's record */
     struct deadlock_edges edges; /* its edges in the wait-for graph, when a LOCK that may wait */
     const struct wait_parent *parent; /* answers instead of it, or NULL */
     void *parent_arg;
@@ -95,6 +104,9 @@ struct wait *wait_new_names(struct req *r, struct session *s, enum wait_kind kin
  */
 int wait_owner_knows(struct dlockd *d, const struct session *s, const char *who, const char *name,
                      const struct wait *skip, int sending_only);
+/* The same, of waits only. */
+int wait_owner_waits(const struct session *s, const char *who, const char *name, const struct wait *skip,
+                     int sending_only);
 /* Sends the wait to Redis; the reply answers its request. */
 void wait_submit(struct wait *w);
 

@@ -57,7 +57,7 @@ static const struct contract_reply *run_at(const char *deadline, enum op_id op, 
                                            struct contract_reply *r)
 {
     char keys[MAX_NAMES * CONTRACT_NAME_KEYS][CONTRACT_KEY_MAX], nk[16];
-    const char *argv[3 + MAX_NAMES * CONTRACT_NAME_KEYS + CONTRACT_HEAD + MAX_NAMES + 3 + CONTRACT_ARGS_MAX];
+    const char *argv[4 + MAX_NAMES * CONTRACT_NAME_KEYS + CONTRACT_HEAD + MAX_NAMES + 4 + CONTRACT_ARGS_MAX];
     struct contract_frame f;
     int argc = 0;
 
@@ -65,7 +65,7 @@ static const struct contract_reply *run_at(const char *deadline, enum op_id op, 
     load_library();
     argv[argc++] = "FCALL";
     argv[argc++] = scripts[SCRIPT_BATCH].function;
-    snprintf(nk, sizeof(nk), "%d", nnames * CONTRACT_NAME_KEYS);
+    snprintf(nk, sizeof(nk), "%d", nnames * CONTRACT_NAME_KEYS + (a && a->record));
     argv[argc++] = nk;
     for (int i = 0; i < nnames; i++)
         for (int j = 0; j < CONTRACT_NAME_KEYS; j++) {
@@ -73,6 +73,8 @@ static const struct contract_reply *run_at(const char *deadline, enum op_id op, 
             contract_key(key, CONTRACT_KEY_MAX, PREFIX, names[i], CONTRACT_SUFFIXES[j]);
             argv[argc++] = key;
         }
+    if (a && a->record)
+        argv[argc++] = a->record;
     contract_batch_head(argv + argc, PREFIX, DAEMON, deadline, "1");
     argc += CONTRACT_HEAD;
     contract_op_frame(&f, op, nnames, names, a);
@@ -157,12 +159,12 @@ START_TEST(test_lock_busy_wait_unlock_grant)
     ck_assert_int_eq(p->status, CONTRACT_WAIT);
     ck_assert_int_ge(p->retry_ms, -1);
 
-    contract_unlock_args(&a, WHO_B, '\0', 0, "", 1, 0, "1");
+    contract_unlock_args(&a, WHO_B, '\0', 0, "", 1, 0, "1", NULL);
     p = run(OP_UNLOCK, "n", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_NOTHELD);
     ck_assert_str_eq(p->name, "n");
 
-    contract_unlock_args(&a, WHO_A, '\0', 0, token, 1, 0, "1");
+    contract_unlock_args(&a, WHO_A, '\0', 0, token, 1, 0, "1", NULL);
     p = run(OP_UNLOCK, "n", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_OK);
     ck_assert_str_eq(p->unlock.counts, "0");
@@ -186,6 +188,96 @@ START_TEST(test_lock_busy_wait_unlock_grant)
     ck_assert_int_eq(p->status, CONTRACT_GRANTED);
     ck_assert_str_eq(p->grant.tokens, token);
     ck_assert_str_eq(p->grant.counts, "1");
+}
+END_TEST
+
+/* The value of index entry "i<hid> <name>" of record key, as a new string ("" when absent). */
+static char *index_entry(const char *key, const char *hid, const char *name)
+{
+    char field[CONTRACT_KEY_MAX * 2];
+    redisReply *r;
+    char *v;
+
+    snprintf(field, sizeof(field), "i%s %s", hid, name);
+    r = redisCommand(rc, "HGET %s %s", key, field);
+
+    ck_assert_ptr_nonnull(r);
+    v = strdup(r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return v;
+}
+
+static long long redis_int(const char *cmd, const char *key)
+{
+    redisReply *r = redisCommand(rc, "%s %s", cmd, key);
+    long long n;
+
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A LOCK or UNLOCK that carries its session's record indexes what it grants, queues and releases
+ * there in the same call; a record that is gone stays gone. */
+START_TEST(test_record_carried)
+{
+    const char *rec_a = PREFIX "{0123456789abcdef}:session", *rec_b = PREFIX "{fedcba9876543210}:session";
+    struct contract_args a;
+    struct contract_batch head;
+    struct contract_reply r;
+    const struct contract_reply *p;
+    char token[CONTRACT_LIST_MAX], *v;
+
+    freeReplyObject(redisCommand(rc, "HSET %s d " DAEMON, rec_a));
+    freeReplyObject(redisCommand(rc, "PEXPIRE %s 60000", rec_a));
+    lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
+    a.record = rec_a;
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_OK);
+    snprintf(token, sizeof(token), "%s", p->grant.tokens);
+    v = index_entry(rec_a, "x" WHO_A, "n");
+    ck_assert_str_eq(v, token);
+    free(v);
+
+    /* B has no record: its queue entry is not indexed, and no record is made */
+    lock_args(&a, WHO_B, 'x', DAEMON ".2", 1);
+    a.record = rec_b;
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_WAIT);
+    ck_assert_int_eq(redis_int("EXISTS", rec_b), 0);
+    freeReplyObject(redisCommand(rc, "HSET %s d " DAEMON, rec_b));
+    freeReplyObject(redisCommand(rc, "PEXPIRE %s 60000", rec_b));
+    lock_args(&a, WHO_B, 's', DAEMON ".3", 1);
+    a.record = rec_b;
+    p = run(OP_LOCK, "n", &a, &head, &r);
+    ck_assert_int_eq(p->status, CONTRACT_WAIT);
+    v = index_entry(rec_b, "s" WHO_B, "n");
+    ck_assert_str_eq(v, "w" DAEMON ".3");
+    free(v);
+    ck_assert_int_gt(redis_int("PTTL", rec_b), 0);
+
+    /* on name m, nobody waits: unindex "0" keeps the entry (something else of the owner's is known
+     * there), unindex "1" takes it out with the release */
+    for (int drop = 0; drop < 2; drop++) {
+        lock_args(&a, WHO_A, 'x', drop ? DAEMON ".6" : DAEMON ".4", 0);
+        a.record = rec_a;
+        p = run(OP_LOCK, "m", &a, &head, &r);
+        ck_assert_int_eq(p->status, CONTRACT_OK);
+        snprintf(token, sizeof(token), "%s", p->grant.tokens);
+        a.v[a.n - 2] = "1"; /* known: a reentry, as the daemon sends it */
+        p = run(OP_LOCK, "m", &a, &head, &r);
+        ck_assert_str_eq(p->grant.counts, "2");
+        contract_unlock_args(&a, WHO_A, 'x', 1, "", 1, 0, "1", drop ? "1" : "0");
+        a.record = rec_a;
+        p = run(OP_UNLOCK, "m", &a, &head, &r);
+        ck_assert_int_eq(p->status, CONTRACT_OK);
+        ck_assert_str_eq(p->unlock.counts, "0");
+        v = index_entry(rec_a, "x" WHO_A, "m");
+        ck_assert_str_eq(v, drop ? "" : token);
+        free(v);
+    }
 }
 END_TEST
 
@@ -264,7 +356,7 @@ START_TEST(test_semaphore_and_status)
     ck_assert_int_ge(h.held_ms, 0);
     ck_assert_int_eq(h.orphaned, 0);
 
-    contract_unlock_args(&a, WHO_A, 'p', 0, "", 1, 0, "1");
+    contract_unlock_args(&a, WHO_A, 'p', 0, "", 1, 0, "1", NULL);
     p = run(OP_UNLOCK, "sem", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_OK);
     ck_assert_str_eq(p->unlock.counts, "1");
@@ -411,6 +503,7 @@ static Suite *contract_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_key);
     tcase_add_test(tc, test_lock_busy_wait_unlock_grant);
+    tcase_add_test(tc, test_record_carried);
     tcase_add_test(tc, test_two_names_and_cancel);
     tcase_add_test(tc, test_semaphore_and_status);
     tcase_add_test(tc, test_latch);

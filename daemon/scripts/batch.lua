@@ -13,7 +13,7 @@ local function batch(keys, args)
         return { 'LATE', NOW, '', 0 }
     end
     NOW_S, NOW_US_S = num(NOW), num(NOW_US)
-    STATES, ORDER, GRANTS, SPENT, AT, HINTED = {}, {}, {}, 0, {}, {}
+    STATES, ORDER, GRANTS, SPENT, AT, HINTED, RECORDS = {}, {}, {}, 0, {}, {}, {}
     local results, a, k = {}, 5, 1
     for _ = 1, tonumber(ARGV[4]) do
         local op, n = ARGV[a], tonumber(ARGV[a + 1])
@@ -22,9 +22,14 @@ local function batch(keys, args)
             bind(name, k)
             k = k + 7
         end
-        local m = tonumber(ARGV[a + 2 + n])
-        table.insert(results, OPS[op](ARGV, a + 3 + n, names, not LAZY[op] and prepare(names) or nil))
-        a = a + 3 + n + m
+        local rec = nil
+        if ARGV[a + 2 + n] == '1' then
+            rec = KEYS[k]
+            k = k + 1
+        end
+        local m = tonumber(ARGV[a + 3 + n])
+        table.insert(results, OPS[op](ARGV, a + 4 + n, names, not LAZY[op] and prepare(names) or nil, rec))
+        a = a + 4 + n + m
     end
     return finish(results)
 end

@@ -1,15 +1,21 @@
 -- common.lua: the data model of locks and semaphores. The batch script is
 -- a Redis function library (FUNCTION LOAD, called with FCALL): this file,
--- then every operation's file as a function OPS.<op>(ARGV, A, NAMES, S),
+-- then every operation's file as a function OPS.<op>(ARGV, A, NAMES, S, REC),
 -- then batch.lua, whose batch() runs the operations of one call in turn
 -- (embed.sh builds it and names it after its contents).
 --
 -- ARGV of the batch: 1 key prefix, 2 calling daemon's id, 3 deadline (Redis
 -- time in ms, 0 for none), 4 number of operations, then for each: its name,
--- the number of names N, the N names, the number of its own arguments and
--- those arguments, which the operation reads from ARGV[A].
--- KEYS: the keys below of every name of every operation, in order
--- (declared; the scripts derive them from the names).
+-- the number of names N, the N names, R (1 when the operation carries its
+-- session's record, else 0), the number of its own arguments and those
+-- arguments, which the operation reads from ARGV[A].
+-- KEYS: the keys below of every name of every operation, in order, each
+-- operation's followed by its session's record (session.lua) when R is 1
+-- (declared; the scripts derive the names' keys from the names). An
+-- operation that carries its record (REC) writes the record's index entries
+-- of what it grants, queues and releases itself, in the same call: the
+-- daemon then sends none of those changes (not with Redis Cluster, where the
+-- record is in a slot of its own).
 --
 -- Keys of a name, all sharing the hash tag {name}:
 --   h  hash   hid -> "count token since lease bounded daemon wids client"; wids: the waiter that
@@ -39,7 +45,7 @@
 -- run: this file is loaded once, as a Redis function library, and its
 -- functions serve every call.
 local KEYS, ARGV, PREFIX, DAEMON, DEADLINE, NOW_US, NOW, NOW_S, NOW_US_S
-local STATES, ORDER, GRANTS, SPENT, AT, HINTED
+local STATES, ORDER, GRANTS, SPENT, AT, HINTED, RECORDS
 
 -- The counter may lapse: the Redis clock floors every new token anyway.
 local TOKEN_KEEP_MS = '604800000' -- 7 days
@@ -523,6 +529,31 @@ local function finish(results)
         table.insert(r, res)
     end
     return r
+end
+
+-- Whether the session record rec is there: one that is gone stays gone
+-- (session.lua), and a hash written to would live for ever. Read once per call.
+local function record_live(rec)
+    local live = RECORDS[rec]
+    if live == nil then
+        live = redis.call('EXISTS', rec) == 1
+        RECORDS[rec] = live
+    end
+    return live
+end
+
+-- Sets the index entry of hid on name in record rec (nil for none) to value:
+-- the token of its hold, or "w" and the waiter queued for it (session.lua).
+local function index_set(rec, hid, name, value)
+    if rec and record_live(rec) then
+        redis.call('HSET', rec, 'i' .. hid .. ' ' .. name, value)
+    end
+end
+
+local function index_del(rec, hid, name)
+    if rec and record_live(rec) then
+        redis.call('HDEL', rec, 'i' .. hid .. ' ' .. name)
+    end
 end
 
 local function join(list)

@@ -22,7 +22,7 @@ for f in "$@"; do
         continue
     fi
     ops="$ops $n"
-    { echo "OPS.$n = function(ARGV, A, NAMES, S)"; cat "$dir/$f"; echo 'end'; } >> "$tmp"
+    { echo "OPS.$n = function(ARGV, A, NAMES, S, REC)"; cat "$dir/$f"; echo 'end'; } >> "$tmp"
 done
 cat "$dir/batch.lua" >> "$tmp"
 fn=dlockd_$(cksum < "$tmp" | cut -d' ' -f1)

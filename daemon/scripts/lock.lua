@@ -6,6 +6,8 @@
 -- when the daemon knows of a hold or wait of session:owner on it, else 0,
 -- and the Redis time (ms) at which the request stops waiting (0 for never):
 -- its queue entries, and so a grant they get, end then at the latest.
+-- With its session's record (REC), it indexes there the holds it grants (a
+-- new one with its token) and, for names not known, the waiter it queues.
 -- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
 -- WRONGTYPE name | DEADLOCK.
 local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
@@ -30,6 +32,7 @@ if S == nil then
             local s = peek(name)
             tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, ARGV[A + 6], bounded, DAEMON, wid, client), '1'
             s.upto = math.max(s.upto or 0, NOW + ttl)
+            index_set(REC, hid, name, tokens[i])
         end
         return reply('OK', join(tokens), join(counts), 0)
     end
@@ -65,6 +68,9 @@ if stuck == nil then
     local tokens, counts = {}, {}
     for i, s in ipairs(S) do
         tokens[i], counts[i] = grant(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client)
+        if tonumber(counts[i]) == 1 then
+            index_set(REC, hid, s.name, tokens[i])
+        end
     end
     return reply('OK', join(tokens), join(counts), 0)
 end
@@ -109,5 +115,8 @@ for i, s in ipairs(S) do
     redis.call('ZADD', s.q, seq, wid)
     redis.call('HSET', s.w, wid, entry)
     redis.call('ZADD', s.x, entry_end(qttl, ends), '@' .. wid)
+    if string.sub(known, i, i) == '0' then
+        index_set(REC, hid, s.name, 'w' .. wid)
+    end
 end
 return reply('WAIT', retry_after(S))

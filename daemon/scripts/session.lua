@@ -4,6 +4,8 @@
 -- k SHA-256 of the secret (hex), p peer, and one field "i<hid> <name>" per
 -- hold or wait the session may have, whose value is the token of its hold,
 -- or "w" and the wid of its waiter before the grant. It expires by itself unless renewed.
+-- A LOCK or UNLOCK of the batch library that carries the record (common.lua)
+-- writes its own entries, in the same call; "index" below writes the others.
 -- ARGV[1] is the operation:
 --   put      KEYS[1]; ARGV prefix, sid, expiry (ms), from, then field value
 --            pairs (d, the calling daemon, first). With from "" it writes a

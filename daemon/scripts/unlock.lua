@@ -8,9 +8,11 @@
 -- answered yet is not the client's to release (NOTHELD). Only the daemon
 -- that has the hold's session (its daemon field) releases it: a daemon
 -- with a stale copy of a session that moved to another one gets NOTHELD.
+-- Last, per name 1 when a hold that ends leaves its session's record (REC)
+-- too: nothing else of its owner there is known to the daemon.
 -- Reply fields: OK counts modes free | NOTHELD name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
-local k, delay, known = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), ARGV[A + 6]
+local k, delay, known, unindex = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
 
 -- The fast path: a live hold of one lock, released now; its name is handed
 -- on only when someone waits.
@@ -34,6 +36,9 @@ if S == nil then
             else
                 redis.call('HDEL', s.h, m .. who)
                 redis.call('ZREM', s.x, m .. who)
+                if unindex == '1' then
+                    index_del(REC, m .. who, NAMES[1])
+                end
                 if redis.call('EXISTS', s.q) == 1 then
                     prepare(NAMES)
                 end
@@ -82,6 +87,9 @@ for i, s in ipairs(S) do
     else
         drop_hold(s, hids[i])
         redis.call('ZREM', s.x, hids[i])
+    end
+    if h.count == 0 and string.sub(unindex, i, i) == '1' then
+        index_del(REC, hids[i], s.name)
     end
     counts[i] = h.count
     advance(s)
