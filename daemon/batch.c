@@ -27,7 +27,7 @@
  * bypasses them, waits behind no more than these at Redis. */
 #define BATCH_WINDOW 16
 
-/* Strings one after the other, each with its NUL. */
+/* Strings one after the other, formatted for Redis (redis_resp_bulk). */
 struct strv {
     char *buf;
     size_t len, cap;
@@ -72,22 +72,12 @@ struct batcher {
 
 static void strv_add(struct strv *v, const char *s, size_t len)
 {
-    if (v->len + len + 1 > v->cap) {
-        v->cap = (v->len + len + 1) * 2;
+    if (v->len + REDIS_RESP_BULK_MAX(len) > v->cap) {
+        v->cap = (v->len + REDIS_RESP_BULK_MAX(len)) * 2;
         v->buf = must(realloc(v->buf, v->cap));
     }
-    memcpy(v->buf + v->len, s, len);
-    v->buf[v->len + len] = '\0';
-    v->len += len + 1;
+    v->len = (size_t)(redis_resp_bulk(v->buf + v->len, s, len) - v->buf);
     v->n++;
-}
-
-/* Points out[0..v->n) at v's strings; returns out + v->n. */
-static const char **strv_list(const struct strv *v, const char **out)
-{
-    for (size_t at = 0; at < v->len; at += strlen(v->buf + at) + 1)
-        *out++ = v->buf + at;
-    return out;
 }
 
 static void batch_free(struct batch *b)
@@ -245,24 +235,30 @@ static void keep(struct batcher *bt, struct batch *b)
 static void send_now(struct batch *b)
 {
     struct dlockd *d = b->d;
-    int argc = b->keys.n + CONTRACT_HEAD + b->args.n;
-    const char **argv, **p;
+    const char *head[CONTRACT_HEAD];
     char deadline[24], nops[16];
+    struct strv h = { 0 };
+    struct redis_resp parts[3];
+    int rc;
 
-    argv = must(malloc((size_t)argc * sizeof(*argv)));
     str_ll(deadline, sizeof(deadline), (b->flags & BATCH_BOUNDED) ? deadline_now(d) : 0);
     str_ll(nops, sizeof(nops), b->nops);
-    p = strv_list(&b->keys, argv);
-    contract_batch_head(p, d->cfg.key_prefix, d->id, deadline, nops);
-    strv_list(&b->args, p + CONTRACT_HEAD);
+    contract_batch_head(head, d->cfg.key_prefix, d->id, deadline, nops);
+    for (int i = 0; i < CONTRACT_HEAD; i++)
+        strv_add(&h, head[i], strlen(head[i]));
+    parts[0] = (struct redis_resp){ b->keys.buf, b->keys.len };
+    parts[1] = (struct redis_resp){ h.buf, h.len };
+    parts[2] = (struct redis_resp){ b->args.buf, b->args.len };
     record_flush(d); /* a hold is in its session's record before Redis can grant it */
-    if (redis_script(d->redis, SCRIPT_BATCH, b->keys.n, argc, argv, on_answer, on_late, b)) {
+    rc = redis_script_resp(d->redis, SCRIPT_BATCH, b->slot, b->keys.n, b->keys.n + CONTRACT_HEAD + b->args.n, parts,
+                           3, on_answer, on_late, b);
+    free(h.buf);
+    if (rc) {
         drop_all(b);
         batch_free(b);
     } else if (!(b->flags & BATCH_UNGATED)) {
         d->batcher->sending++;
     }
-    free(argv);
 }
 
 /* Sends the kept batches, in order, while the gate is open and the window has room. */

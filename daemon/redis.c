@@ -22,6 +22,7 @@
 #include "log.h"
 #include "notify.h"
 #include "redis.h"
+#include "reply.h"
 #include "sentinel.h"
 #include "strbuf.h"
 
@@ -324,6 +325,16 @@ static char *resp_head(char *p, char c, size_t n)
     return p;
 }
 
+char *redis_resp_bulk(char *p, const char *s, size_t len)
+{
+    p = resp_head(p, '$', len);
+    memcpy(p, s, len);
+    p += len;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
 /*
  * argv as a RESP command, in one allocation. hiredis's formatter appends
  * each argument with sdscatfmt, which on a batch of LOCKs costs more than
@@ -342,11 +353,7 @@ static sds resp_command(int argc, const char **argv)
     p = resp_head(cmd, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
         len = strlen(argv[i]);
-        p = resp_head(p, '$', len);
-        memcpy(p, argv[i], len);
-        p += len;
-        *p++ = '\r';
-        *p++ = '\n';
+        p = redis_resp_bulk(p, argv[i], len);
     }
     sdssetlen(cmd, (size_t)(p - cmd));
     *p = '\0';
@@ -552,6 +559,35 @@ int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const
     /* The one copy of the arguments: hiredis sends it, and a NOSCRIPT resends it. */
     call->cmd = resp_command(n, all);
     free(all);
+    return call_go(call);
+}
+
+int redis_script_resp(struct redis *rd, enum script_id id, int slot, int nkeys, int argc,
+                      const struct redis_resp *parts, int nparts, redis_cb *cb, redis_cb *late, void *arg)
+{
+    const char *fn = scripts[id].function;
+    struct redis_call *call;
+    size_t total = 3 + 20 + REDIS_RESP_BULK_MAX(5) + REDIS_RESP_BULK_MAX(strlen(fn)) + REDIS_RESP_BULK_MAX(20);
+    char nk[24], *p;
+
+    if (!redis_accepts(rd))
+        return -1;
+    for (int i = 0; i < nparts; i++)
+        total += parts[i].len;
+    call = call_new(rd, id, cb, late, arg);
+    call->slot = slot;
+    call->argc = argc + 3;
+    call->cmd = must(sdsMakeRoomFor(sdsempty(), total));
+    p = resp_head(call->cmd, '*', (size_t)call->argc);
+    p = redis_resp_bulk(p, "FCALL", 5);
+    p = redis_resp_bulk(p, fn, strlen(fn));
+    p = redis_resp_bulk(p, nk, str_ll(nk, sizeof(nk), nkeys));
+    for (int i = 0; i < nparts; i++) {
+        memcpy(p, parts[i].buf, parts[i].len);
+        p += parts[i].len;
+    }
+    sdssetlen(call->cmd, (size_t)(p - call->cmd));
+    *p = '\0';
     return call_go(call);
 }
 
@@ -827,6 +863,7 @@ static redisAsyncContext *open_one(struct redis *rd, const struct addr *a, char 
         return NULL;
     }
     ac->data = rd;
+    reply_arena_attach(&ac->c);
     evlink_attach(ac, rd->d->base);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
@@ -1239,4 +1276,5 @@ void redis_free(struct redis *rd)
         sentinel_free(rd->sentinel);
     event_free(rd->reconnect);
     free(rd);
+    reply_arena_free_all();
 }

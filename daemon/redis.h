@@ -82,6 +82,22 @@ int redis_accepts(const struct redis *rd);
 int redis_script(struct redis *rd, enum script_id id, int nkeys, int argc, const char **argv, redis_cb *cb,
                  redis_cb *late, void *arg);
 
+/* Arguments formatted for Redis already ("$<len>\r\n<bytes>\r\n" each, redis_resp_bulk). */
+struct redis_resp {
+    const char *buf;
+    size_t len;
+};
+#define REDIS_RESP_BULK_MAX(len) ((len) + 25) /* what redis_resp_bulk writes for len bytes, at most */
+/* Writes s (len bytes) as a RESP bulk string at p, which has REDIS_RESP_BULK_MAX(len) bytes. Returns the end. */
+char *redis_resp_bulk(char *p, const char *s, size_t len);
+/*
+ * The same as redis_script, the argc arguments (nkeys of them KEYS) given
+ * formatted in parts, one after the other (copied), and the slot of the keys
+ * (redis_slot) given. For a script of the function library only.
+ */
+int redis_script_resp(struct redis *rd, enum script_id id, int slot, int nkeys, int argc,
+                      const struct redis_resp *parts, int nparts, redis_cb *cb, redis_cb *late, void *arg);
+
 /* The Redis servers dlockd writes to: the masters of a cluster, else 1. */
 int redis_nodes(const struct redis *rd);
 /*
