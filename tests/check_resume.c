@@ -285,6 +285,29 @@ START_TEST(test_lost_told_on_other_daemon)
 }
 END_TEST
 
+/* An UNLOCK whose connection closed before its answer: Redis took the hold out of the session's
+ * record with the release, and the daemon put it back, so that the resume tells the client the
+ * hold is gone (as for any hold that ended while nobody could hear it). */
+START_TEST(test_unlock_unanswered_told_on_resume)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, NULL), *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *o = H_CLIENT(d2, "name=other"), *n;
+    long long t = H_LOCK_NEW(a, "u1");
+    struct h_conn was = *a;
+    char pat[100];
+
+    h_send(a, "UNLOCK u1");
+    h_close(a);
+    H_LOCK_NEW(o, "u1"); /* released */
+    n = H_CONNECT(d2->port);
+    h_send(n, "HELLO session=%s secret=%s", was.session, was.secret);
+    expect_resumed(n, &was);
+    snprintf(pat, sizeof pat, "* LOST u1 token=%lld reason=%%w", t);
+    H_EVENT(n, pat, 3000);
+    (void)d1;
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -301,6 +324,7 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_resume_behind_gate);
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);
+    tcase_add_test(tc, test_unlock_unanswered_told_on_resume);
     tcase_add_test(tc, test_lost_told_on_other_daemon);
     suite_add_tcase(s, tc);
     return s;

@@ -15,11 +15,11 @@ local function batch(keys, args)
     NOW_S, NOW_US_S = num(NOW), num(NOW_US)
     STATES, ORDER, GRANTS, SPENT, AT, HINTED, RECORDS = {}, {}, {}, 0, {}, {}, {}
     local results, a, k = {}, 5, 1
-    for _ = 1, tonumber(ARGV[4]) do
-        local op, n = ARGV[a], tonumber(ARGV[a + 1])
+    for i = 1, tonumber(ARGV[4]) do
+        local op, n = ARGV[a], count(ARGV[a + 1])
         local names = { unpack(ARGV, a + 2, a + 1 + n) }
-        for _, name in ipairs(names) do
-            bind(name, k)
+        for j = 1, n do
+            bind(names[j], k)
             k = k + 7
         end
         local rec = nil
@@ -27,8 +27,8 @@ local function batch(keys, args)
             rec = KEYS[k]
             k = k + 1
         end
-        local m = tonumber(ARGV[a + 3 + n])
-        table.insert(results, OPS[op](ARGV, a + 4 + n, names, not LAZY[op] and prepare(names) or nil, rec))
+        local m = count(ARGV[a + 3 + n])
+        results[i] = OPS[op](ARGV, a + 4 + n, names, not LAZY[op] and prepare(names) or nil, rec)
         a = a + 4 + n + m
     end
     return finish(results)

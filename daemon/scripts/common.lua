@@ -61,6 +61,14 @@ local function num(n)
     return string.format('%.0f', n)
 end
 
+-- A count in ARGV, most often one digit: without tonumber's strtod then.
+local DIGITS = { ['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8,
+                 ['9'] = 9 }
+
+local function count(s)
+    return DIGITS[s] or tonumber(s)
+end
+
 local function words(s)
     local out = {}
     for w in string.gmatch(s, '%S+') do
@@ -241,13 +249,14 @@ end
 local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     local token = NOW_US_S
     local last = redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS, 'GET')
-    if last and tonumber(last) >= NOW_US then
+    -- tokens are decimal without leading zeros: compared as strings, longest first
+    if last and (#last > #token or (#last == #token and last >= token)) then
         token = num(tonumber(last) + 1)
         redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
     end
-    redis.call('HSET', s.h, hid, hold_encode({ count = k == 1 and '1' or num(k), token = token, since = NOW_S,
-                                               lease = lease, bounded = bounded, daemon = daemon, wid = wid,
-                                               client = client }))
+    -- hold_encode's fields, without a table for each hold
+    redis.call('HSET', s.h, hid, (k == 1 and '1' or num(k)) .. ' ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' ..
+        bounded .. ' ' .. daemon .. ' ' .. wid .. ' ' .. client)
     redis.call('ZADD', s.x, at(expiry), hid)
     return token
 end
@@ -521,12 +530,13 @@ local function finish(results)
             redis.call('PEXPIREAT', s.x, t)
         end
     end
-    local r = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }
-    for _, g in ipairs(GRANTS) do
-        table.insert(r, g)
+    local r, n = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }, 4
+    for i = 1, #GRANTS do
+        r[n + i] = GRANTS[i]
     end
-    for _, res in ipairs(results) do
-        table.insert(r, res)
+    n = n + #GRANTS
+    for i = 1, #results do
+        r[n + i] = results[i]
     end
     return r
 end

@@ -11,9 +11,9 @@
 -- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
 -- WRONGTYPE name | DEADLOCK.
 local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
-local wait, ttl, lease, bounded, qttl = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), tonumber(ARGV[A + 6]),
-    ARGV[A + 7], tonumber(ARGV[A + 8])
-local known, ends = ARGV[A + 9], tonumber(ARGV[A + 10])
+-- (numbers are read when they are needed: tonumber is not free)
+local wait, ttl, lease, bounded = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
+local known = ARGV[A + 9]
 local hid = mode .. who
 
 -- The fast path: no name has a hold, a waiter, or another type.
@@ -30,7 +30,7 @@ if S == nil then
         local tokens, counts = {}, {}
         for i, name in ipairs(NAMES) do
             local s = peek(name)
-            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, ARGV[A + 6], bounded, DAEMON, wid, client), '1'
+            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client), '1'
             s.upto = math.max(s.upto or 0, NOW + ttl)
             index_set(REC, hid, name, tokens[i])
         end
@@ -114,7 +114,7 @@ for i, s in ipairs(S) do
     end
     redis.call('ZADD', s.q, seq, wid)
     redis.call('HSET', s.w, wid, entry)
-    redis.call('ZADD', s.x, entry_end(qttl, ends), '@' .. wid)
+    redis.call('ZADD', s.x, entry_end(tonumber(ARGV[A + 8]), tonumber(ARGV[A + 10])), '@' .. wid)
     if string.sub(known, i, i) == '0' then
         index_set(REC, hid, s.name, 'w' .. wid)
     end

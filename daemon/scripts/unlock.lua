@@ -12,7 +12,7 @@
 -- too: nothing else of its owner there is known to the daemon.
 -- Reply fields: OK counts modes free | NOTHELD name.
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
-local k, delay, known, unindex = tonumber(ARGV[A + 4]), tonumber(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
+local k, delay, known, unindex = count(ARGV[A + 4]), count(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
 
 -- The fast path: a live hold of one lock, released now; its name is handed
 -- on only when someone waits.
