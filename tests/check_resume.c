@@ -296,8 +296,11 @@ START_TEST(test_unlock_unanswered_told_on_resume)
     struct h_conn was = *a;
     char pat[100];
 
+    ck_assert_int_eq(kill(R->pid, SIGSTOP), 0); /* its answer comes after the close */
     h_send(a, "UNLOCK u1");
     h_close(a);
+    h_sleep_ms(300);
+    ck_assert_int_eq(kill(R->pid, SIGCONT), 0);
     H_LOCK_NEW(o, "u1"); /* released */
     n = H_CONNECT(d2->port);
     h_send(n, "HELLO session=%s secret=%s", was.session, was.secret);
