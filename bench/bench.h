@@ -82,13 +82,18 @@ struct procstat {
     uint64_t rss_kb;    /* VmRSS */
 };
 
+/* Where a server listens: HOST:PORT, or unix:PATH. */
+struct bench_addr {
+    char host[64];
+    int port;
+    char path[108];            /* the unix socket; empty: host and port */
+};
+
 struct opts {
     enum target target;
     const char *scenario;      /* pairs handoff idle scale mixed */
-    char dl_host[64];
-    int dl_port;
-    char rd_host[64];
-    int rd_port;
+    struct bench_addr dl;      /* dlockd */
+    struct bench_addr rd;      /* Redis */
     int dlockd_pid, redis_pid; /* for CPU and RSS; 0: not measured */
     int conns;                 /* connections (pairs, mixed, handoff clients) */
     double duration;           /* measured seconds */
@@ -143,6 +148,8 @@ void result_add(struct bench *b, const char *key, const char *fmt, ...) __attrib
 /* Reports an unexpected condition; counts it as an error. */
 void bench_error(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Formats a as --dlockd and --redis take it; returns buf. */
+const char *bench_addr_str(const struct bench_addr *a, char *buf, size_t len);
 /* 1 when t lies in the measurement window. */
 int in_window(const struct bench *b, uint64_t t);
 /* Calls fn after ms milliseconds, once. */
@@ -150,8 +157,8 @@ void after_ms(struct bench *b, double ms, void (*fn)(struct bench *b));
 
 /* --- client.c */
 /*
- * Opens n connections to the target, at most o.open_max at once; each is
- * ready once it answered a PING. Calls done(b) when all are ready.
+ * Opens n connections to the target, at most o.open_max at once (100 on a unix
+ * socket); each is ready once it answered a PING. Calls done(b) when all are ready.
  */
 void cl_open_all(struct bench *b, int n, void (*done)(struct bench *b));
 /* LOCK name [shared] [wait=wait_ms]. Direct Redis never waits (wait_ms ignored); the recipe is never shared. */

@@ -15,10 +15,14 @@
 int sys_redis_connect(struct bench *b)
 {
     struct timeval tv = { 5, 0 };
+    char buf[160];
 
-    b->ctl = redisConnectWithTimeout(b->o.rd_host, b->o.rd_port, tv);
+    if (b->o.rd.path[0])
+        b->ctl = redisConnectUnixWithTimeout(b->o.rd.path, tv);
+    else
+        b->ctl = redisConnectWithTimeout(b->o.rd.host, b->o.rd.port, tv);
     if (b->ctl == NULL || b->ctl->err) {
-        fprintf(stderr, "dlock-bench: cannot connect to Redis at %s:%d: %s\n", b->o.rd_host, b->o.rd_port,
+        fprintf(stderr, "dlock-bench: cannot connect to Redis at %s: %s\n", bench_addr_str(&b->o.rd, buf, sizeof(buf)),
                 b->ctl ? b->ctl->errstr : "out of memory");
         return -1;
     }
