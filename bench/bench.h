@@ -76,10 +76,14 @@ struct cmdstats {
     uint64_t ping;     /* PING calls */
 };
 
-/* A CPU and memory sample of a process from /proc. */
+/* A CPU, memory and I/O sample of a process from /proc. */
 struct procstat {
-    uint64_t cpu_ticks; /* utime + stime */
-    uint64_t rss_kb;    /* VmRSS */
+    uint64_t cpu_ticks;   /* utime + stime */
+    uint64_t user_ticks;  /* utime */
+    uint64_t sys_ticks;   /* stime */
+    uint64_t rss_kb;      /* VmRSS */
+    uint64_t rw_calls;    /* syscr + syscw of /proc/PID/io: read- and write-family calls */
+    int has_io;           /* rw_calls was read (the kernel keeps task I/O accounting) */
 };
 
 /* Where a server listens: HOST:PORT, or unix:PATH. */
@@ -206,13 +210,14 @@ int sys_cmdstats(struct bench *b, struct cmdstats *cs);
 uint64_t sys_redis_used_memory(struct bench *b);
 /* FLUSHALL: empties Redis (the scripts stay loaded). */
 int sys_redis_flushall(struct bench *b);
+/* Samples /proc/PID/stat, status and io; -1 when stat or status cannot be read (io is optional). */
 int sys_procstat(int pid, struct procstat *ps);
 /* Clock ticks of the whole machine in user, system and steal time, every CPU (/proc/stat); 0 on failure. */
 uint64_t sys_busy_ticks(void);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
-/* CPU microseconds a process used between two samples. */
-double sys_cpu_us(const struct procstat *a, const struct procstat *z);
+/* Microseconds of CPU between two samples of a tick count (cpu_ticks, user_ticks or sys_ticks). */
+double sys_ticks_us(uint64_t a, uint64_t z);
 /* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */
 long sys_raise_nofile(void);
 
