@@ -76,19 +76,28 @@ struct cmdstats {
     uint64_t ping;     /* PING calls */
 };
 
-/* A CPU and memory sample of a process from /proc. */
+/* A CPU, memory and I/O sample of a process from /proc. */
 struct procstat {
-    uint64_t cpu_ticks; /* utime + stime */
-    uint64_t rss_kb;    /* VmRSS */
+    uint64_t cpu_ticks;   /* utime + stime */
+    uint64_t user_ticks;  /* utime */
+    uint64_t sys_ticks;   /* stime */
+    uint64_t rss_kb;      /* VmRSS */
+    uint64_t rw_calls;    /* syscr + syscw of /proc/PID/io: read- and write-family calls */
+    int has_io;           /* rw_calls was read (the kernel keeps task I/O accounting) */
+};
+
+/* Where a server listens: HOST:PORT, or unix:PATH. */
+struct bench_addr {
+    char host[64];
+    int port;
+    char path[108];            /* the unix socket; empty: host and port */
 };
 
 struct opts {
     enum target target;
     const char *scenario;      /* pairs handoff idle scale mixed */
-    char dl_host[64];
-    int dl_port;
-    char rd_host[64];
-    int rd_port;
+    struct bench_addr dl;      /* dlockd */
+    struct bench_addr rd;      /* Redis */
     int dlockd_pid, redis_pid; /* for CPU and RSS; 0: not measured */
     int conns;                 /* connections (pairs, mixed, handoff clients) */
     double duration;           /* measured seconds */
@@ -143,6 +152,8 @@ void result_add(struct bench *b, const char *key, const char *fmt, ...) __attrib
 /* Reports an unexpected condition; counts it as an error. */
 void bench_error(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Formats a as --dlockd and --redis take it; returns buf. */
+const char *bench_addr_str(const struct bench_addr *a, char *buf, size_t len);
 /* 1 when t lies in the measurement window. */
 int in_window(const struct bench *b, uint64_t t);
 /* Calls fn after ms milliseconds, once. */
@@ -150,8 +161,8 @@ void after_ms(struct bench *b, double ms, void (*fn)(struct bench *b));
 
 /* --- client.c */
 /*
- * Opens n connections to the target, at most o.open_max at once; each is
- * ready once it answered a PING. Calls done(b) when all are ready.
+ * Opens n connections to the target, at most o.open_max at once (100 on a unix
+ * socket); each is ready once it answered a PING. Calls done(b) when all are ready.
  */
 void cl_open_all(struct bench *b, int n, void (*done)(struct bench *b));
 /* LOCK name [shared] [wait=wait_ms]. Direct Redis never waits (wait_ms ignored); the recipe is never shared. */
@@ -199,13 +210,14 @@ int sys_cmdstats(struct bench *b, struct cmdstats *cs);
 uint64_t sys_redis_used_memory(struct bench *b);
 /* FLUSHALL: empties Redis (the scripts stay loaded). */
 int sys_redis_flushall(struct bench *b);
+/* Samples /proc/PID/stat, status and io; -1 when stat or status cannot be read (io is optional). */
 int sys_procstat(int pid, struct procstat *ps);
 /* Clock ticks of the whole machine in user, system and steal time, every CPU (/proc/stat); 0 on failure. */
 uint64_t sys_busy_ticks(void);
 /* CPU % of one core between two samples taken secs apart. */
 double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double secs);
-/* CPU microseconds a process used between two samples. */
-double sys_cpu_us(const struct procstat *a, const struct procstat *z);
+/* Microseconds of CPU between two samples of a tick count (cpu_ticks, user_ticks or sys_ticks). */
+double sys_ticks_us(uint64_t a, uint64_t z);
 /* Raises RLIMIT_NOFILE to its hard limit; returns the new soft limit. */
 long sys_raise_nofile(void);
 

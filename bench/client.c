@@ -1,11 +1,13 @@
 /* client.c - the connections of the load generator: dlockd sessions spoken to
  * in the line protocol, or direct Redis clients that call dlockd's own batch
  * library (FCALL) and renew script (EVALSHA), or the recipe's scripts
- * (EVALSHA). All answer in order,
- * so each connection keeps a FIFO of the callbacks waiting for a reply. */
+ * (EVALSHA); over TCP or a unix socket. All answer in order, so each
+ * connection keeps a FIFO of the callbacks waiting for a reply. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -20,6 +22,10 @@
 #include "bench.h"
 #include "proto.h"
 #include "scripts.h"
+
+/* Connects in flight on a unix socket: one whose listen backlog is full fails a
+ * connect (EAGAIN) where TCP would retry it, and dlockd's backlog is 128. */
+#define UNIX_OPEN_MAX 100
 
 enum kind { K_PING, K_LOCK, K_UNLOCK, K_RENEW, K_HB, K_ACQUIRE, K_RELEASE };
 
@@ -158,7 +164,8 @@ static void dl_event(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED) {
         int one = 1;
-        setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (c->b->o.dl.path[0] == '\0')
+            setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         return;
     }
     broken(c, (what & BEV_EVENT_EOF) ? "closed by dlockd" : "socket error");
@@ -177,15 +184,30 @@ static void dl_send(struct cl *c, const char *line, int len, int fifo, cl_cb *cb
     bufferevent_write(c->bev, line, (size_t)len);
 }
 
+/* dlockd's address, TCP or unix; returns its length. */
+static socklen_t dl_sockaddr(const struct bench_addr *a, struct sockaddr_storage *ss)
+{
+    struct sockaddr_un *sun = (struct sockaddr_un *)ss;
+    struct sockaddr_in *sin = (struct sockaddr_in *)ss;
+
+    memset(ss, 0, sizeof(*ss));
+    if (a->path[0]) {
+        sun->sun_family = AF_UNIX;
+        snprintf(sun->sun_path, sizeof(sun->sun_path), "%s", a->path);
+        return sizeof(*sun);
+    }
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons((uint16_t)a->port);
+    inet_pton(AF_INET, a->host, &sin->sin_addr);
+    return sizeof(*sin);
+}
+
 static void dl_open(struct cl *c)
 {
     struct bench *b = c->b;
-    struct sockaddr_in sin;
+    struct sockaddr_storage ss;
+    socklen_t sslen = dl_sockaddr(&b->o.dl, &ss);
 
-    memset(&sin, 0, sizeof(sin));
-    sin.sin_family = AF_INET;
-    sin.sin_port = htons((uint16_t)b->o.dl_port);
-    inet_pton(AF_INET, b->o.dl_host, &sin.sin_addr);
     c->bev = bufferevent_socket_new(b->base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (c->bev == NULL) {
         broken(c, "out of memory");
@@ -193,7 +215,7 @@ static void dl_open(struct cl *c)
     }
     bufferevent_setcb(c->bev, dl_read, NULL, dl_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
-    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+    if (bufferevent_socket_connect(c->bev, (struct sockaddr *)&ss, (int)sslen) != 0) {
         broken(c, "connect failed");
         return;
     }
@@ -305,7 +327,8 @@ static void rd_open(struct cl *c)
 {
     struct bench *b = c->b;
     const char *ping[] = { "PING" };
-    redisAsyncContext *ac = redisAsyncConnect(b->o.rd_host, b->o.rd_port);
+    redisAsyncContext *ac = b->o.rd.path[0] ? redisAsyncConnectUnix(b->o.rd.path)
+                                            : redisAsyncConnect(b->o.rd.host, b->o.rd.port);
 
     snprintf(c->who, sizeof(c->who), "%016x:", (unsigned)c->id * 2654435761u);
     if (ac == NULL || ac->err) {
@@ -544,6 +567,10 @@ static void open_more(struct bench *b)
 
 void cl_open_all(struct bench *b, int n, void (*done)(struct bench *b))
 {
+    const struct bench_addr *a = b->o.target == T_DLOCKD ? &b->o.dl : &b->o.rd;
+
+    if (a->path[0] && b->o.open_max > UNIX_OPEN_MAX)
+        b->o.open_max = UNIX_OPEN_MAX;
     b->cls = calloc((size_t)n, sizeof(*b->cls));
     if (b->cls == NULL) {
         bench_error(b, "out of memory");

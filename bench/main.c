@@ -142,7 +142,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: dlock-bench --scenario pairs|handoff|idle|scale|mixed --target dlockd|redis|recipe [options]\n"
             "       dlock-bench report [--sweep] RESULT-FILE\n"
-            "  --dlockd HOST:PORT  --redis HOST:PORT  --dlockd-pid PID  --redis-pid PID\n"
+            "  --dlockd HOST:PORT|unix:PATH  --redis HOST:PORT|unix:PATH  --dlockd-pid PID  --redis-pid PID\n"
             "  --conns N  --duration S  --warmup S  --rate PAIRS/S (open loop)  --hold MS\n"
             "  --sleep MS (direct Redis retry sleep)  --long-hold MS  --sessions N  --locks N\n"
             "  --heartbeat MS  --renew MS  --names N  --shared-pct P  --wait MS  --open-max N\n"
@@ -151,23 +151,37 @@ static void usage(void)
     exit(2);
 }
 
-static void parse_addr(const char *s, char *host, size_t len, int *port)
+static void parse_addr(const char *s, struct bench_addr *a)
 {
     const char *colon = strrchr(s, ':');
 
-    if (colon == NULL || colon == s || (size_t)(colon - s) >= len)
+    memset(a, 0, sizeof(*a));
+    if (strncmp(s, "unix:", 5) == 0) {
+        if (s[5] == '\0' || strlen(s + 5) >= sizeof(a->path))
+            usage();
+        snprintf(a->path, sizeof(a->path), "%s", s + 5);
+        return;
+    }
+    if (colon == NULL || colon == s || (size_t)(colon - s) >= sizeof(a->host))
         usage();
-    snprintf(host, len, "%.*s", (int)(colon - s), s);
-    *port = atoi(colon + 1);
+    snprintf(a->host, sizeof(a->host), "%.*s", (int)(colon - s), s);
+    a->port = atoi(colon + 1);
+}
+
+const char *bench_addr_str(const struct bench_addr *a, char *buf, size_t len)
+{
+    if (a->path[0])
+        snprintf(buf, len, "unix:%s", a->path);
+    else
+        snprintf(buf, len, "%s:%d", a->host, a->port);
+    return buf;
 }
 
 static void defaults(struct opts *o)
 {
     memset(o, 0, sizeof(*o));
-    snprintf(o->dl_host, sizeof(o->dl_host), "127.0.0.1");
-    o->dl_port = 7411;
-    snprintf(o->rd_host, sizeof(o->rd_host), "127.0.0.1");
-    o->rd_port = 6379;
+    parse_addr("127.0.0.1:7411", &o->dl);
+    parse_addr("127.0.0.1:6379", &o->rd);
     o->conns = 1;
     o->duration = 3;
     o->warmup = 0.5;
@@ -212,8 +226,8 @@ static void parse(int argc, char **argv, struct opts *o)
         switch (ch) {
         case 't': o->target = parse_target(optarg); break;
         case 's': o->scenario = optarg; break;
-        case 'D': parse_addr(optarg, o->dl_host, sizeof(o->dl_host), &o->dl_port); break;
-        case 'R': parse_addr(optarg, o->rd_host, sizeof(o->rd_host), &o->rd_port); break;
+        case 'D': parse_addr(optarg, &o->dl); break;
+        case 'R': parse_addr(optarg, &o->rd); break;
         case 'P': o->dlockd_pid = atoi(optarg); break;
         case 'Q': o->redis_pid = atoi(optarg); break;
         case 'c': o->conns = atoi(optarg); break;

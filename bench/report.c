@@ -30,7 +30,7 @@ static const char *get(const struct rec *r, const char *key)
     return NULL;
 }
 
-/* 1 when r has every key=value of the space-separated filter. */
+/* 1 when r has every key=value of the space-separated filter, and none of its !key. */
 static int matches(const struct rec *r, const char *filter)
 {
     char buf[256], *tok, *save = NULL;
@@ -41,6 +41,8 @@ static int matches(const struct rec *r, const char *filter)
     for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
         char *eq = strchr(tok, '=');
         const char *v;
+        if (tok[0] == '!' && get(r, tok + 1) != NULL)
+            return 0;
         if (eq == NULL)
             continue;
         *eq = '\0';
@@ -154,9 +156,14 @@ struct row {
     const char *target; /* the target as the issue states it */
 };
 
-#define A_DL "target=dlockd"
-#define B_RD "target=redis"
-#define B_RC "target=recipe"
+/* Filters of the runs. The pair runs at log-level info or with clients on a unix
+ * socket carry variant=info or variant=unix; the others carry no variant. */
+#define A_DL "target=dlockd !variant"
+#define B_RD "target=redis !variant"
+#define B_RC "target=recipe !variant"
+#define A_INFO "target=dlockd variant=info"
+#define A_UNIX "target=dlockd variant=unix"
+#define B_RC_UNIX "target=recipe variant=unix"
 #define PAIRS(c, chk, x, tgt)                                                                                      \
     { "1. uncontended, " #c " conn: pairs/s", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "pairs_s", "1/s", chk, x,    \
       tgt },                                                                                                       \
@@ -167,7 +174,8 @@ struct row {
     { "1. uncontended, " #c " conn: pair p99.9", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "p999_us", "us", C_NONE,  \
       0, "" }
 
-/* pairs against the recipe (issue 13): pairs/s and Redis CPU per pair judged as ratios, dlockd's CPU per pair */
+/* pairs against the recipe (issue 13): pairs/s and Redis CPU per pair judged as ratios, dlockd's CPU per pair;
+ * and dlockd's pairs/s at log-level info, its audit log on, against notice (issue 22) */
 #define RECIPE(c, px, ptgt, cx, ctgt)                                                                              \
     { "1. uncontended, " #c " conn vs recipe: pairs/s", "sc=pairs rate=0 conns=" #c, A_DL, B_RC, "pairs_s", "1/s", \
       C_RATIO_GE, px, ptgt },                                                                                      \
@@ -180,7 +188,9 @@ struct row {
     { "1. uncontended, " #c " conn: Redis CPU/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "redis_us_pair",     \
       "us", C_NONE, 0, "" },                                                                                       \
     { "1. uncontended, " #c " conn: dlockd CPU/pair", "sc=pairs rate=0 conns=" #c, A_DL, B_RD, "dlockd_us_pair",   \
-      "us", C_A_LE, 12, "<= 12 us" }
+      "us", C_A_LE, 12, "<= 12 us" },                                                                              \
+    { "1. uncontended, " #c " conn: pairs/s at log-level info vs notice", "sc=pairs rate=0 conns=" #c, A_INFO,     \
+      A_DL, "pairs_s", "1/s", C_RATIO_GE, 0.9, ">= 0.9x" }
 
 /* handoff rows against one spin recipe r; p99chk/p99x/p99tgt judge its p99, waitchk the commands while waiting */
 #define HANDOFF(r, label, p99chk, p99x, p99tgt, waitchk, waittgt)                                                 \
@@ -303,7 +313,8 @@ static void table(void)
         snprintf(fb, sizeof(fb), "%s %s", r->both, r->b);
         a = median(fa, r->metric, &na);
         b = median(fb, r->metric, &nb);
-        if (na == 0 && nb == 0)
+        /* a variant that did not run (the smoke run, older results) leaves no row */
+        if (na == 0 && (nb == 0 || strstr(r->a, "variant=") != NULL))
             continue;
         ratio = paired_ratio(fa, fb, r->metric);
         fmt(sa, sizeof(sa), a);
@@ -315,27 +326,63 @@ static void table(void)
     }
     printf("\nMedians over the rounds of this run; dlockd and direct Redis runs alternate, and the ratio is the\n"
            "median of each round's dlockd/direct. Direct Redis runs dlockd's own scripts, or the recipe in the\n"
-           "rows that say \"vs recipe\". %d target(s) missed.\n", missed);
+           "rows that say \"vs recipe\"; in the rows \"at log-level info vs notice\" the two sides are dlockd at\n"
+           "info and at notice. %d target(s) missed.\n", missed);
 }
 
-/* The median of metric over the closed-loop pair runs of target at c connections. */
-static void pairs_median(int c, const char *target, const char *metric, char *buf, size_t len)
-{
-    char f[128];
+/* A column of the per-connection tables of the pairs: the median of metric
+ * over the closed-loop pair runs matching filter, or, with over set, the
+ * paired ratio of those runs to the runs matching over. */
+struct col {
+    const char *head;
+    const char *filter;
+    const char *metric;
+    const char *over;
+};
 
-    snprintf(f, sizeof(f), "sc=pairs rate=0 conns=%d target=%s", c, target);
-    fmt(buf, len, median(f, metric, NULL));
-}
+static const struct col rate_cols[] = {
+    { "pairs/s dlockd", A_DL, "pairs_s", NULL },
+    { "own scripts", B_RD, "pairs_s", NULL },
+    { "recipe", B_RC, "pairs_s", NULL },
+    { "dlockd/recipe", A_DL, "pairs_s", B_RC },
+    { "dlockd/own scripts", A_DL, "pairs_s", B_RD },
+    { "dlockd at info", A_INFO, "pairs_s", NULL },
+    { "info/notice", A_INFO, "pairs_s", A_DL },
+    { "dlockd on unix socket", A_UNIX, "pairs_s", NULL },
+    { "unix/TCP", A_UNIX, "pairs_s", A_DL },
+    { "recipe on unix socket", B_RC_UNIX, "pairs_s", NULL },
+    { "unix/TCP", B_RC_UNIX, "pairs_s", B_RC },
+};
 
-/* The paired ratio of metric, dlockd over target, at c connections. */
-static void pairs_ratio(int c, const char *target, const char *metric, char *buf, size_t len)
-{
-    char fa[128], fb[128];
+static const struct col cpu_cols[] = {
+    { "Redis CPU/pair dlockd", A_DL, "redis_us_pair", NULL },
+    { "user", A_DL, "redis_user_us_pair", NULL },
+    { "sys", A_DL, "redis_sys_us_pair", NULL },
+    { "own scripts", B_RD, "redis_us_pair", NULL },
+    { "user", B_RD, "redis_user_us_pair", NULL },
+    { "sys", B_RD, "redis_sys_us_pair", NULL },
+    { "recipe", B_RC, "redis_us_pair", NULL },
+    { "user", B_RC, "redis_user_us_pair", NULL },
+    { "sys", B_RC, "redis_sys_us_pair", NULL },
+    { "dlockd/recipe", A_DL, "redis_us_pair", B_RC },
+    { "dlockd CPU/pair", A_DL, "dlockd_us_pair", NULL },
+    { "user", A_DL, "dlockd_user_us_pair", NULL },
+    { "sys", A_DL, "dlockd_sys_us_pair", NULL },
+    { "at info", A_INFO, "dlockd_us_pair", NULL },
+    { "on unix socket", A_UNIX, "dlockd_us_pair", NULL },
+};
 
-    snprintf(fa, sizeof(fa), "sc=pairs rate=0 conns=%d target=dlockd", c);
-    snprintf(fb, sizeof(fb), "sc=pairs rate=0 conns=%d target=%s", c, target);
-    fmt(buf, len, paired_ratio(fa, fb, metric));
-}
+static const struct col count_cols[] = {
+    { "Redis cmds/pair dlockd", A_DL, "cmds_per_pair", NULL },
+    { "own scripts", B_RD, "cmds_per_pair", NULL },
+    { "recipe", B_RC, "cmds_per_pair", NULL },
+    { "script calls/pair dlockd", A_DL, "scripts_per_pair", NULL },
+    { "own scripts", B_RD, "scripts_per_pair", NULL },
+    { "recipe", B_RC, "scripts_per_pair", NULL },
+    { "dlockd read+write calls/pair", A_DL, "dlockd_rw_calls_pair", NULL },
+    { "at info", A_INFO, "dlockd_rw_calls_pair", NULL },
+    { "on unix socket", A_UNIX, "dlockd_rw_calls_pair", NULL },
+};
 
 /* Connection counts of the closed-loop pair runs against the recipe, ascending. */
 static int recipe_conns(int *conns, int max)
@@ -362,33 +409,50 @@ static int recipe_conns(int *conns, int max)
     return n;
 }
 
-/* Uncontended pairs of dlockd, its own scripts and the recipe side by side (the layout of issue 13). */
-static void recipe_table(void)
+/* One row per connection count, one column per col. */
+static void pairs_table(const struct col *cols, size_t ncols, const int *conns, int n)
+{
+    printf("| conns |");
+    for (size_t j = 0; j < ncols; j++)
+        printf(" %s |", cols[j].head);
+    printf("\n|---:|");
+    for (size_t j = 0; j < ncols; j++)
+        printf("---:|");
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        printf("| %d |", conns[i]);
+        for (size_t j = 0; j < ncols; j++) {
+            char fa[128], fb[128], v[32];
+            snprintf(fa, sizeof(fa), "sc=pairs rate=0 conns=%d %s", conns[i], cols[j].filter);
+            snprintf(fb, sizeof(fb), "sc=pairs rate=0 conns=%d %s", conns[i], cols[j].over ? cols[j].over : "");
+            fmt(v, sizeof(v), cols[j].over ? paired_ratio(fa, fb, cols[j].metric) : median(fa, cols[j].metric, NULL));
+            printf(" %s |", v);
+        }
+        printf("\n");
+    }
+}
+
+/* Uncontended pairs of dlockd, its own scripts and the recipe side by side (the layout of issue 13),
+ * with dlockd at log-level info and clients on unix sockets (issue 22). */
+static void recipe_tables(void)
 {
     int conns[32], n = recipe_conns(conns, 32);
 
     if (n == 0)
         return;
-    printf("\nUncontended LOCK+UNLOCK pairs, closed loop: dlockd, its own scripts called straight, and the recipe;\n"
-           "CPU per pair in us.\n\n");
-    printf("| conns | pairs/s dlockd | own scripts | recipe | dlockd/recipe | dlockd/own scripts "
-           "| Redis CPU/pair dlockd | own scripts | recipe | dlockd/recipe | dlockd CPU/pair |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for (int i = 0; i < n; i++) {
-        char v[10][32];
-        pairs_median(conns[i], "dlockd", "pairs_s", v[0], 32);
-        pairs_median(conns[i], "redis", "pairs_s", v[1], 32);
-        pairs_median(conns[i], "recipe", "pairs_s", v[2], 32);
-        pairs_ratio(conns[i], "recipe", "pairs_s", v[3], 32);
-        pairs_ratio(conns[i], "redis", "pairs_s", v[4], 32);
-        pairs_median(conns[i], "dlockd", "redis_us_pair", v[5], 32);
-        pairs_median(conns[i], "redis", "redis_us_pair", v[6], 32);
-        pairs_median(conns[i], "recipe", "redis_us_pair", v[7], 32);
-        pairs_ratio(conns[i], "recipe", "redis_us_pair", v[8], 32);
-        pairs_median(conns[i], "dlockd", "dlockd_us_pair", v[9], 32);
-        printf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", conns[i], v[0], v[1], v[2], v[3], v[4],
-               v[5], v[6], v[7], v[8], v[9]);
-    }
+    printf("\nUncontended LOCK+UNLOCK pairs, closed loop: dlockd (log-level notice, clients over TCP), its own\n"
+           "scripts called straight, and the recipe; dlockd at log-level info (an audit line per grant and\n"
+           "release); dlockd with its clients on its unix socket (dlockd to Redis still TCP), and the recipe on\n"
+           "Redis's unix socket. Ratios pair the runs of a round.\n\n");
+    pairs_table(rate_cols, sizeof(rate_cols) / sizeof(rate_cols[0]), conns, n);
+    printf("\nCPU per pair in us, utime + stime of /proc/PID/stat over the window, and user and sys apart:\n"
+           "redis-server's with each client, dlockd's at notice over TCP, at info, and on the unix socket.\n\n");
+    pairs_table(cpu_cols, sizeof(cpu_cols) / sizeof(cpu_cols[0]), conns, n);
+    printf("\nPer pair: Redis commands (those in scripts too) and script calls from INFO commandstats; dlockd's\n"
+           "read+write calls, syscr + syscw of /proc/PID/io: read, readv, write and writev, that is the calls\n"
+           "on its Redis link and its log, not the recv and send of its client sockets nor epoll\n"
+           "(make bench-counts counts every call, with strace).\n\n");
+    pairs_table(count_cols, sizeof(count_cols) / sizeof(count_cols[0]), conns, n);
 }
 
 /* Open-loop points: offered rate, then achieved pairs/s, p50 and p99 of each side. */
@@ -441,7 +505,7 @@ int report_main(int argc, char **argv)
     if (want_sweep)
         return sweep();
     table();
-    recipe_table();
+    recipe_tables();
     printf("\n");
     noise();
     return 0;

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # bench/run.sh - what `make bench`, `make bench-pairs` and `make bench-smoke` run: starts a
-# private redis-server and dlockd on free loopback ports, runs every scenario against dlockd
-# (A) and against direct Redis (B, the same Lua library over FCALL), alternating A B A B,
-# the uncontended pairs also against the recipe (C, bench/recipe.c), then prints one table
-# of medians and ratios and, when gnuplot is there, plots latency against load.
+# private redis-server and dlockd on free loopback ports and on unix sockets, runs every
+# scenario against dlockd (A) and against direct Redis (B, the same Lua library over FCALL),
+# alternating A B A B, the uncontended pairs also against the recipe (C, bench/recipe.c),
+# then prints one table of medians and ratios and, when gnuplot is there, plots latency
+# against load.
+#
+# The uncontended pairs run, in every round and at every connection count, A at log-level
+# notice over TCP, A at log-level info (label variant=info: the audit log on), A with its
+# clients on dlockd's unix socket (variant=unix; dlockd to Redis stays TCP), B, C, and C on
+# Redis's unix socket (variant=unix). The smoke run does the variants at 50 connections only.
 #
 #   bench/run.sh full|pairs|smoke     pairs: the uncontended pairs of a full run, nothing else
 #
 # Environment (set by bench/Makefile.inc): BENCH_BIN, DLOCKD_BIN, REDIS_SERVER, BENCH_SRCDIR.
 # BENCH_OUT: where results go (default bench/out). BENCH_ROUNDS: rounds of the uncontended
-# pairs (full and pairs: 5). Exits non-zero when a run crashed or reported errors, or a
-# server died; never because a target was missed.
+# pairs (full and pairs: 5; 2 rounds of pairs take about 2.5 minutes). Exits non-zero when a
+# run crashed or reported errors, or a server died; never because a target was missed.
 set -u
 
 mode=${1:-full}
@@ -82,10 +88,11 @@ maxclients=$((nofile > 12100 ? nofile - 100 : nofile - 64))
 # dlockd's lock-lease: the default 30s (renewal every 10s); the smoke run renews every second
 # so that its short idle window still sees renewals
 if [ "$mode" = smoke ]; then lease_ms=3000; else lease_ms=30000; fi
+rsock=$tmp/redis.sock dsock=$tmp/dlockd.sock
 start_redis() {
     rport=$(free_port) || die "no free port"
-    "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
-        --maxclients "$maxclients" --logfile "$tmp/redis.log" &
+    "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --unixsocket "$rsock" --unixsocketperm 700 --save '' \
+        --appendonly no --dir "$tmp" --maxclients "$maxclients" --logfile "$tmp/redis.log" &
     rpid=$!
     wait_port "$rport" "$rpid" && return 0
     kill "$rpid" 2>/dev/null
@@ -93,7 +100,9 @@ start_redis() {
     rpid=
     return 1
 }
-# A fresh dlockd; a port taken meanwhile is replaced by another one.
+# start_dlockd [LOG-LEVEL]: a fresh dlockd (log-level notice unless told), on the unix socket and
+# a port; a port taken meanwhile is replaced by another one. The unix socket is bound first, so
+# it is there once the port answers.
 start_dlockd() {
     if [ -n "$dpid" ]; then
         kill "$dpid" 2>/dev/null
@@ -101,8 +110,8 @@ start_dlockd() {
         dpid=
     fi
     for _ in 1 2 3 4 5; do
-        "$DLOCKD_BIN" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" --maxclients 20000 \
-            --lock-lease "$lease_ms" --log-level notice >> "$tmp/dlockd.log" 2>&1 &
+        "$DLOCKD_BIN" --listen "unix:$dsock" --listen "127.0.0.1:$dport" --redis "127.0.0.1:$rport" \
+            --maxclients 20000 --lock-lease "$lease_ms" --log-level "${1:-notice}" >> "$tmp/dlockd.log" 2>&1 &
         dpid=$!
         wait_port "$dport" "$dpid" && return 0
         kill "$dpid" 2>/dev/null
@@ -144,23 +153,30 @@ runs=0
 reruns=0
 rerun_secs=0
 # run_once TARGET SCENARIO LABEL [dlock-bench options]: one measured run; its RESULT line in $line.
+# variant=info in LABEL runs dlockd at log-level info; variant=unix puts the clients on the unix
+# socket of dlockd, or of Redis for the other targets.
 run_once() {
-    local target=$1 sc=$2 label=$3 rc pids
+    local target=$1 sc=$2 label=$3 rc pids level=notice dl rd
     shift 3
+    case " $label " in *" variant=info "*) level=info ;; esac
     rcmd FLUSHALL > /dev/null || die "Redis is gone"
     if [ "$target" = dlockd ]; then
-        start_dlockd # a fresh daemon: no sessions or allocator state left from the last run
+        start_dlockd "$level" # a fresh daemon: no sessions or allocator state left from the last run
         pids="--dlockd-pid $dpid --redis-pid $rpid"
     else
         pids="--redis-pid $rpid"
     fi
+    dl=127.0.0.1:$dport rd=127.0.0.1:$rport
+    case " $label " in
+    *" variant=unix "*) if [ "$target" = dlockd ]; then dl=unix:$dsock; else rd=unix:$rsock; fi ;;
+    esac
     quiet
     runs=$((runs + 1))
     printf 'bench: [%d] %-7s %-6s %s\n' "$runs" "$sc" "$target" "$label" >&2
     echo "### $target $sc $label $*" >> "$log"
     # shellcheck disable=SC2086 # pids is a list of options
-    line=$(timeout 300 "$BENCH_BIN" --scenario "$sc" --target "$target" --dlockd "127.0.0.1:$dport" \
-        --redis "127.0.0.1:$rport" $pids --label "$label" "$@" 2>> "$log")
+    line=$(timeout 300 "$BENCH_BIN" --scenario "$sc" --target "$target" --dlockd "$dl" --redis "$rd" $pids \
+        --label "$label" "$@" 2>> "$log")
     rc=$?
     if [ "$rc" -ne 0 ]; then
         failures=$((failures + 1))
@@ -196,12 +212,13 @@ run() {
     [ -n "$line" ] && echo "$line" >> "$results"
 }
 
-# median_of METRIC FILTER...: the median of a metric over the result lines matching all filters.
+# median_of METRIC FILTER...: the median of a metric over the result lines without a variant
+# matching all filters.
 median_of() {
     local metric=$1
     shift
     local f
-    f=$(cat "$results")
+    f=$(grep -v ' variant=' "$results")
     for k in "$@"; do f=$(printf '%s\n' "$f" | grep -- " $k\( \|\$\)"); done
     printf '%s\n' "$f" | sed -n "s/.* $metric=\([0-9.]*\).*/\1/p" | sort -n |
         awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2];
@@ -209,14 +226,14 @@ median_of() {
 }
 
 if [ "$mode" != smoke ]; then
-    rounds=${BENCH_ROUNDS:-5}; pairs_conns="1 10 50 200"; pairs_secs=2; warm=0.5
+    rounds=${BENCH_ROUNDS:-5}; pairs_conns="1 10 50 200"; variant_conns=$pairs_conns; pairs_secs=2; warm=0.5
     hand_n=10; hand_secs=5; hand_long=1000; hand_rounds=2
     idle_sessions=10000; idle_locks=10; idle_secs=10; idle_rounds=2 # one renewal period
     scale_sessions=10000; scale_secs=5; scale_hb=3333; scale_rounds=2
     mixed_secs=3; mixed_conns=200; mixed_names=100; mixed_rounds=3
     sweep_fracs="0.1 0.25 0.5 0.7 0.85 1.0 1.15"; sweep_secs=1.5; sweep_rounds=2
 else
-    rounds=1; pairs_conns="1 50"; pairs_secs=1; warm=0.2
+    rounds=1; pairs_conns="1 50"; variant_conns=50; pairs_secs=1; warm=0.2
     hand_n=4; hand_secs=1.5; hand_long=300; hand_rounds=1
     idle_sessions=500; idle_locks=4; idle_secs=2; idle_rounds=1
     scale_sessions=500; scale_secs=1; scale_hb=500; scale_rounds=1
@@ -230,12 +247,24 @@ start=$(date +%s)
 
 say "$mode run: redis-server pid $rpid port $rport, dlockd port $dport, RLIMIT_NOFILE $nofile, results in $out"
 
-# 1. uncontended pairs, closed loop: dlockd, its own scripts, and the recipe users write instead
+# 1. uncontended pairs, closed loop: dlockd, its own scripts, and the recipe users write instead;
+# and the variants: dlockd at log-level info, dlockd and the recipe with clients on unix sockets
+# pair_runs ROUND CONNS TARGET[:VARIANT]...
+pair_runs() {
+    local r=$1 c=$2 t label
+    shift 2
+    for t in "$@"; do
+        label="round=$r"
+        [ "$t" != "${t#*:}" ] && label="$label variant=${t#*:}"
+        run "${t%%:*}" pairs "$label" --conns "$c" --duration "$pairs_secs" --warmup "$warm"
+    done
+}
 for r in $(seq "$rounds"); do
     for c in $pairs_conns; do
-        for t in dlockd redis recipe; do
-            run "$t" pairs "round=$r" --conns "$c" --duration "$pairs_secs" --warmup "$warm"
-        done
+        case " $variant_conns " in
+        *" $c "*) pair_runs "$r" "$c" dlockd dlockd:info dlockd:unix redis recipe recipe:unix ;;
+        *) pair_runs "$r" "$c" dlockd redis recipe ;;
+        esac
     done
 done
 

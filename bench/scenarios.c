@@ -68,7 +68,7 @@ static void finish(struct bench *b)
  * the other people's load that disturbs a run on a shared machine. */
 static double other_cpu(const struct snap *a, const struct snap *z, double secs)
 {
-    struct procstat x = { 0, 0 }, y = { 0, 0 };
+    struct procstat x = { 0 }, y = { 0 };
     uint64_t ours = (z->dl.cpu_ticks - a->dl.cpu_ticks) + (z->rd.cpu_ticks - a->rd.cpu_ticks) +
                     (z->self.cpu_ticks - a->self.cpu_ticks);
 
@@ -227,7 +227,27 @@ static void ol_tick(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* What a pair costs: Redis commands, and the CPU of Redis and of dlockd. */
+/* A server's CPU per pair, in all and in user and system time apart, and its
+ * read/write calls per pair: keys who_us_pair, who_user_us_pair, who_sys_us_pair,
+ * who_rw_calls_pair. */
+static void add_server_pair(struct bench *b, const char *who, const struct procstat *a, const struct procstat *z,
+                            double n)
+{
+    char k[64];
+
+    snprintf(k, sizeof(k), "%s_us_pair", who);
+    result_add(b, k, "%.2f", sys_ticks_us(a->cpu_ticks, z->cpu_ticks) / n);
+    snprintf(k, sizeof(k), "%s_user_us_pair", who);
+    result_add(b, k, "%.2f", sys_ticks_us(a->user_ticks, z->user_ticks) / n);
+    snprintf(k, sizeof(k), "%s_sys_us_pair", who);
+    result_add(b, k, "%.2f", sys_ticks_us(a->sys_ticks, z->sys_ticks) / n);
+    if (a->has_io && z->has_io && z->rw_calls >= a->rw_calls) {
+        snprintf(k, sizeof(k), "%s_rw_calls_pair", who);
+        result_add(b, k, "%.2f", (double)(z->rw_calls - a->rw_calls) / n);
+    }
+}
+
+/* What a pair costs: Redis commands and script calls, and the CPU and I/O calls of Redis and of dlockd. */
 static void add_per_pair(struct bench *b)
 {
     double n = (double)b->done;
@@ -237,10 +257,11 @@ static void add_per_pair(struct bench *b)
         return;
     }
     result_add(b, "cmds_per_pair", "%.2f", (double)(s1.cs.total - s0.cs.total) / n);
+    result_add(b, "scripts_per_pair", "%.2f", (double)(s1.cs.scripts - s0.cs.scripts) / n);
     if (b->o.redis_pid)
-        result_add(b, "redis_us_pair", "%.2f", sys_cpu_us(&s0.rd, &s1.rd) / n);
+        add_server_pair(b, "redis", &s0.rd, &s1.rd, n);
     if (b->o.dlockd_pid)
-        result_add(b, "dlockd_us_pair", "%.2f", sys_cpu_us(&s0.dl, &s1.dl) / n);
+        add_server_pair(b, "dlockd", &s0.dl, &s1.dl, n);
 }
 
 static void pairs_done(struct bench *b)

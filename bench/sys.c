@@ -1,6 +1,7 @@
 /* sys.c - what the load generator measures besides latency: Redis command
- * counts (INFO commandstats), memory, and a process's CPU time and RSS from
- * /proc; and the control link that loads the scripts of direct Redis. */
+ * counts (INFO commandstats), memory, and a process's CPU time, RSS and
+ * read/write calls from /proc; and the control link that loads the scripts of
+ * direct Redis. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,10 +16,14 @@
 int sys_redis_connect(struct bench *b)
 {
     struct timeval tv = { 5, 0 };
+    char buf[160];
 
-    b->ctl = redisConnectWithTimeout(b->o.rd_host, b->o.rd_port, tv);
+    if (b->o.rd.path[0])
+        b->ctl = redisConnectUnixWithTimeout(b->o.rd.path, tv);
+    else
+        b->ctl = redisConnectWithTimeout(b->o.rd.host, b->o.rd.port, tv);
     if (b->ctl == NULL || b->ctl->err) {
-        fprintf(stderr, "dlock-bench: cannot connect to Redis at %s:%d: %s\n", b->o.rd_host, b->o.rd_port,
+        fprintf(stderr, "dlock-bench: cannot connect to Redis at %s: %s\n", bench_addr_str(&b->o.rd, buf, sizeof(buf)),
                 b->ctl ? b->ctl->errstr : "out of memory");
         return -1;
     }
@@ -137,6 +142,31 @@ uint64_t sys_redis_used_memory(struct bench *b)
     return v;
 }
 
+/* syscr + syscw: the kernel counts read, readv, pread and write, writev, pwrite, not
+ * recv, send or their msg forms, nor epoll. */
+static void proc_io(int pid, struct procstat *ps)
+{
+    char path[64], buf[256];
+    unsigned long long r, w;
+    int seen = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/io", pid);
+    if ((f = fopen(path, "r")) == NULL)
+        return;
+    while (fgets(buf, sizeof(buf), f)) {
+        if (sscanf(buf, "syscr: %llu", &r) == 1)
+            seen |= 1;
+        else if (sscanf(buf, "syscw: %llu", &w) == 1)
+            seen |= 2;
+    }
+    fclose(f);
+    if (seen == 3) {
+        ps->rw_calls = r + w;
+        ps->has_io = 1;
+    }
+}
+
 int sys_procstat(int pid, struct procstat *ps)
 {
     char path[64], buf[4096], *p;
@@ -157,6 +187,8 @@ int sys_procstat(int pid, struct procstat *ps)
     if ((p = strrchr(buf, ')')) == NULL ||
         sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
+    ps->user_ticks = ut;
+    ps->sys_ticks = st;
     ps->cpu_ticks = ut + st;
     snprintf(path, sizeof(path), "/proc/%d/status", pid);
     if ((f = fopen(path, "r")) == NULL)
@@ -165,6 +197,7 @@ int sys_procstat(int pid, struct procstat *ps)
         if (sscanf(buf, "VmRSS: %llu", &ut) == 1)
             ps->rss_kb = ut;
     fclose(f);
+    proc_io(pid, ps);
     return 0;
 }
 
@@ -196,11 +229,11 @@ double sys_cpu_pct(const struct procstat *a, const struct procstat *z, double se
     return 100.0 * (double)(z->cpu_ticks - a->cpu_ticks) / hz / secs;
 }
 
-double sys_cpu_us(const struct procstat *a, const struct procstat *z)
+double sys_ticks_us(uint64_t a, uint64_t z)
 {
-    if (z->cpu_ticks < a->cpu_ticks)
+    if (z < a)
         return 0;
-    return 1e6 * (double)(z->cpu_ticks - a->cpu_ticks) / (double)sysconf(_SC_CLK_TCK);
+    return 1e6 * (double)(z - a) / (double)sysconf(_SC_CLK_TCK);
 }
 
 long sys_raise_nofile(void)
