@@ -233,6 +233,10 @@ void server_fd_limit(const struct config *cfg)
                   (long long)cfg->maxclients, (unsigned long long)want, (unsigned long long)rl.rlim_max);
 }
 
+/* Connections the kernel holds for accept: on a unix socket a full backlog refuses a connect
+ * (EAGAIN) rather than letting it retry, so bursts of clients need the same room there as on TCP. */
+#define LISTEN_BACKLOG 511
+
 static struct evconnlistener *listen_unix(struct dlockd *d, const struct addr *a)
 {
     struct sockaddr_un sun;
@@ -242,7 +246,7 @@ static struct evconnlistener *listen_unix(struct dlockd *d, const struct addr *a
     sun.sun_family = AF_UNIX;
     strcpy(sun.sun_path, a->path);
     unlink(a->path);
-    l = evconnlistener_new_bind(d->base, on_accept, d, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 128,
+    l = evconnlistener_new_bind(d->base, on_accept, d, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, LISTEN_BACKLOG,
                                 (struct sockaddr *)&sun, sizeof(sun));
     if (l && chmod(a->path, (mode_t)d->cfg.unixsocket_perm) < 0)
         log_warn("server: chmod %s", a->path);
@@ -266,7 +270,7 @@ static struct evconnlistener *listen_tcp(struct dlockd *d, const struct addr *a)
         return NULL;
     }
     l = evconnlistener_new_bind(d->base, on_accept, d,
-                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, 511,
+                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE, LISTEN_BACKLOG,
                                 res->ai_addr, (int)res->ai_addrlen);
     evutil_freeaddrinfo(res);
     return l;
