@@ -20,11 +20,12 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "bench.h"
+#include "contract.h"
 #include "proto.h"
 #include "scripts.h"
 
 /* Connects in flight on a unix socket: one whose listen backlog is full fails a
- * connect (EAGAIN) where TCP would retry it, and dlockd's backlog is 128. */
+ * connect (EAGAIN) where TCP would retry it (dlockd's backlog is 511, Redis's 511 by default). */
 #define UNIX_OPEN_MAX 100
 
 enum kind { K_PING, K_LOCK, K_UNLOCK, K_RENEW, K_HB, K_ACQUIRE, K_RELEASE };
@@ -343,28 +344,27 @@ static void rd_open(struct cl *c)
     rd_send(c, K_PING, 1, ping, on_ready, NULL);
 }
 
-/* The 7 keys of a name, in the scripts' order (daemon/contract.c: CONTRACT_SUFFIXES). */
-static void rd_keys(const char *name, char keys[7][256])
+/* The keys of a name, in the scripts' order (daemon/contract.h: CONTRACT_SUFFIXES). */
+static void rd_keys(const char *name, char keys[CONTRACT_NAME_KEYS][256])
 {
-    static const char suffix[] = "hxqwtml";
-
-    for (int i = 0; i < 7; i++)
-        snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
+    for (int i = 0; i < CONTRACT_NAME_KEYS; i++)
+        snprintf(keys[i], 256, "%s{%s}:%c", BENCH_PREFIX, name, CONTRACT_SUFFIXES[i]);
 }
 
-/* FCALL batch 7 keys... prefix daemon deadline(0: none) 1(op) op 1 name 0(no record) nargs args... */
+/* FCALL batch keys... prefix daemon deadline(0: none) 1(op) op 1 name 0(no record) nargs args... */
 static void rd_script(struct cl *c, int kind, const char *op, const char *name, int nargs, const char **args,
                       cl_cb *cb, void *arg)
 {
-    char keys[7][256], count[16];
-    const char *argv[32];
+    char keys[CONTRACT_NAME_KEYS][256], count[16], nkeys[16];
+    const char *argv[40];
     int n = 0;
 
     rd_keys(name, keys);
+    snprintf(nkeys, sizeof(nkeys), "%d", CONTRACT_NAME_KEYS);
     argv[n++] = "FCALL";
     argv[n++] = scripts[SCRIPT_BATCH].function;
-    argv[n++] = "7";
-    for (int i = 0; i < 7; i++)
+    argv[n++] = nkeys;
+    for (int i = 0; i < CONTRACT_NAME_KEYS; i++)
         argv[n++] = keys[i];
     argv[n++] = BENCH_PREFIX;
     argv[n++] = c->b->daemon_id;

@@ -32,7 +32,7 @@ struct census {
     int sending;                   /* in probe_more: answers do not send */
     long long next;                /* the next name to ask STATUS of */
     char cursor[32];               /* SCAN's */
-    char match[2 * PROTO_NAME_MAX + 2 * CONTRACT_KEY_MAX]; /* the MATCH pattern of the x keys */
+    char match[2 * PROTO_NAME_MAX + 2 * CONTRACT_KEY_MAX]; /* the MATCH pattern of the x and k keys */
     struct dict *seen;             /* names found (SCAN may return one twice) */
     char **names;                  /* found, limit at most */
     long long nnames;
@@ -147,7 +147,8 @@ static void probe_all(struct census *c)
     probe_more(c);
 }
 
-/* Adds the name of key (prefix{name}:x) unless seen; 1 once limit names are found. */
+/* Adds the name of key (prefix{name}:x, or :k for a hold in the one-key form) unless seen; 1 once limit
+ * names are found. */
 static int add_key(struct census *c, const char *key)
 {
     size_t plen = strlen(c->d->cfg.key_prefix), len = strlen(key);
@@ -155,7 +156,7 @@ static int add_key(struct census *c, const char *key)
 
     if (c->nnames >= c->limit)
         return 1;
-    if (len < plen + 4 || len - plen - 4 > PROTO_NAME_MAX || strcmp(key + len - 3, "}:x") != 0)
+    if (len < plen + 4 || len - plen - 4 > PROTO_NAME_MAX || (strcmp(key + len - 3, "}:x") != 0 && strcmp(key + len - 3, "}:k") != 0))
         return 0;
     memcpy(name, key + plen + 1, len - plen - 4);
     name[len - plen - 4] = '\0';
@@ -244,7 +245,7 @@ int census_names(struct dlockd *d, const char *pattern, long long limit, census_
     snprintf(c->cursor, sizeof(c->cursor), "0");
     /* Holds and queue entries both have a lease in the x key: it exists while anyone holds or waits. */
     n = glob_escape(c->match, d->cfg.key_prefix);
-    snprintf(c->match + n, sizeof(c->match) - n, "{%s}:x", pattern ? pattern : "*");
+    snprintf(c->match + n, sizeof(c->match) - n, "{%s}:[xk]", pattern ? pattern : "*");
     d->censuses++;
     if (scan_step(c)) {
         d->censuses--;

@@ -12,10 +12,10 @@
 
 struct dlockd;
 
-#define CONTRACT_SUFFIXES "hxqwtml"     /* the keys of a name, in the order of KEYS, see scripts/common.lua */
-#define CONTRACT_NAME_KEYS 7            /* letters in CONTRACT_SUFFIXES */
-#define CONTRACT_RENEW_SUFFIXES "hxqwm" /* the keys of a name a renewal moves on, see scripts/renew.lua */
-#define CONTRACT_RENEW_KEYS 5           /* letters in CONTRACT_RENEW_SUFFIXES */
+#define CONTRACT_SUFFIXES "hxqwtmlk"     /* the keys of a name, in the order of KEYS, see scripts/common.lua */
+#define CONTRACT_NAME_KEYS 8             /* letters in CONTRACT_SUFFIXES */
+#define CONTRACT_RENEW_SUFFIXES "hxqwmk" /* the keys of a name a renewal moves on, see scripts/renew.lua */
+#define CONTRACT_RENEW_KEYS 6            /* letters in CONTRACT_RENEW_SUFFIXES */
 #define CONTRACT_KEY_MAX (PROTO_NAME_MAX + 64)   /* a key with its NUL */
 #define CONTRACT_LIST_MAX (PROTO_MAX_NAMES * 24) /* a comma-separated list of one number per name */
 #define CONTRACT_ARGS_MAX 12                     /* ARGV of one operation, at most (acquire.lua's) */

@@ -81,17 +81,24 @@ static int has_token(int port, const char *name, long long token)
     v = h_redis_cmd_replica(port, "HGETALL", key, NULL);
     yes = v && strstr(v, want) != NULL;
     free(v);
+    if (yes)
+        return 1;
+    snprintf(key, sizeof key, "dlock:{%s}:k", name); /* the one-key form: "end hid count token ..." */
+    v = h_redis_cmd_replica(port, "GET", key, NULL);
+    yes = v && strstr(v, want) != NULL;
+    free(v);
     return yes;
 }
 
 /* Polls until name has a hold on its master m (want 1) or none (want 0), for up to ms; 1 once it does. */
 static int held_on(int m, const char *name, int want, int ms)
 {
-    char key[128];
+    char key[128], one[128];
 
     snprintf(key, sizeof key, "dlock:{%s}:h", name);
+    snprintf(one, sizeof one, "dlock:{%s}:k", name);
     for (int64_t deadline = h_now_ms() + ms;; h_sleep_ms(20)) {
-        long long n = h_redis_int(master[m], "EXISTS", key, NULL);
+        long long n = h_redis_int(master[m], "EXISTS", key, one, NULL);
         if (n == want || h_now_ms() > deadline)
             return n == want;
     }

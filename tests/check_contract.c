@@ -422,12 +422,14 @@ START_TEST(test_renew_gone)
     struct contract_reply r;
     long long item;
     int argc = 0;
+    char nk[16];
 
     lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
     ck_assert_int_eq(run(OP_LOCK, "n", &a, &head, &r)->status, CONTRACT_OK);
     argv[argc++] = "EVAL";
     argv[argc++] = scripts[SCRIPT_RENEW].body;
-    argv[argc++] = "5";
+    snprintf(nk, sizeof(nk), "%d", CONTRACT_RENEW_KEYS);
+    argv[argc++] = nk;
     for (int j = 0; j < CONTRACT_RENEW_KEYS; j++) {
         contract_key(keys[j], sizeof(keys[j]), PREFIX, "n", CONTRACT_RENEW_SUFFIXES[j]);
         argv[argc++] = keys[j];
@@ -436,13 +438,15 @@ START_TEST(test_renew_gone)
     argv[argc++] = "x" WHO_B;
     argv[argc++] = "30000";
     argv[argc++] = "x" WHO_A;
-    argv[argc++] = "30000";
+    argv[argc++] = "60000";
     freeReplyObject(last);
     last = redisCommandArgv(rc, argc, argv, NULL);
     ck_assert_ptr_nonnull(last);
     ck_assert_int_eq(contract_renew_gone(last, 0, &item), 0);
     ck_assert_int_eq(item, 0);
     ck_assert_int_eq(contract_renew_gone(last, 1, &item), -1);
+    /* A's hold, in the one-key form, has its lease and expiry moved on */
+    ck_assert_int_gt(redis_int("PTTL", PREFIX "{n}:k"), 50000);
 }
 END_TEST
 

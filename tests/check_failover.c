@@ -274,7 +274,7 @@ START_TEST(test_dead_daemon_holds_for_ttl)
     long long pttl;
 
     H_LOCK_NEW(a, "dt");
-    pttl = h_redis_int(R->port, "PTTL", "dlock:{dt}:h", NULL);
+    pttl = h_redis_int(R->port, "PTTL", "dlock:{dt}:k", NULL); /* in the one-key form */
     ck_assert_msg(pttl > 4000, "a new hold of a 6 s session has PTTL %lld", pttl);
     h_dlockd_kill(d1);
     h_sleep_ms(3500); /* past lock-lease */

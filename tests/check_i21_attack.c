@@ -249,7 +249,7 @@ START_TEST(test_handback_to_expired_session)
     t0 = h_now_ms();
     h_send(b, "LOCK e wait=40s");
     while ((r = h_reply(b, 5000)) == NULL && h_now_ms() - t0 < 45000) {
-        char *h = h_holds_at(R->port, "e"), *x = h_redis_cmd(R->port, "ZRANGE", "dlock:{e}:x", "0", "-1", "WITHSCORES", NULL),
+        char *h = h_holds_at(R->port, "e"), *x = h_redis_cmd(R->port, "ZRANGE", "dlock:{e}:x", "0", "-1", "WITHSCORES", NULL), /* h_holds_at: k too */
              *t = h_redis_cmd(R->port, "TIME", NULL);
         fprintf(stderr, "+%lld ms: holds of e: '%s' x: '%s' time: '%s'\n", (long long)(h_now_ms() - t0), h, x ? x : "",
                 t ? t : "");

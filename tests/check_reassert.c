@@ -10,11 +10,9 @@
 /* The one hold of name in Redis: its field (hid) and value, into field and value; 0, or -1 when there is not one. */
 static int hold_of(const char *name, char *field, size_t fcap, char *value, size_t vcap)
 {
-    char key[128], *v, *nl;
+    char *v = h_holds_at(R->port, name), *nl; /* in h, or in the one-key form */
     int rc = -1;
 
-    snprintf(key, sizeof key, "dlock:{%s}:h", name);
-    v = h_redis_cmd(R->port, "HGETALL", key, NULL);
     if (v && (nl = strchr(v, '\n')) != NULL && strchr(nl + 1, '\n') == NULL) {
         snprintf(field, fcap, "%.*s", (int)(nl - v), v);
         snprintf(value, vcap, "%s", nl + 1);

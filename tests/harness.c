@@ -1979,11 +1979,25 @@ long long h_info_num(struct h_conn *c, const char *key)
 
 char *h_holds_at(int port, const char *name)
 {
-    char key[256], *v;
+    char key[256], *v, *hid, *val, *out;
 
     snprintf(key, sizeof key, "dlock:{%s}:h", name);
     v = h_redis_cmd(port, "HGETALL", key, NULL);
-    return v ? v : strdup("");
+    if (v && v[0])
+        return v;
+    free(v);
+    /* the one-key form (scripts/common.lua): "end hid value" */
+    snprintf(key, sizeof key, "dlock:{%s}:k", name);
+    v = h_redis_cmd(port, "GET", key, NULL);
+    if (v == NULL || (hid = strchr(v, ' ')) == NULL || (val = strchr(hid + 1, ' ')) == NULL) {
+        free(v);
+        return strdup("");
+    }
+    out = malloc(strlen(v) + 1); /* "hid\nvalue" is shorter */
+    *val = '\0';
+    sprintf(out, "%s\n%s", hid + 1, val + 1);
+    free(v);
+    return out;
 }
 
 int h_holds_gone(int port, const char *name, int ms)

@@ -20,7 +20,7 @@ local function batch(keys, args)
         local names = { unpack(ARGV, a + 2, a + 1 + n) }
         for j = 1, n do
             bind(names[j], k)
-            k = k + 7
+            k = k + 8
         end
         local rec = nil
         if ARGV[a + 2 + n] == '1' then

@@ -27,6 +27,13 @@
 --   m  hash   semaphore: limit, and used (permits held); its presence makes
 --             the name a semaphore
 --   l  string latch: its count
+--   k  string the one hold of a name that nobody else holds or waits for:
+--             "end hid" and the fields of its value in h, where end is the
+--             Redis time (ms) at which its lease ends. The lock.lua fast path
+--             writes it instead of h and x, unlock.lua deletes it; everything
+--             else sees it in h and x (state() moves it there first). It
+--             expires KEY_MARGIN_MS after its lease ends. With k, none of h,
+--             x, q, w, m and l exists.
 -- hid = mode .. session id (16 hex) .. ":" .. owner, mode x (exclusive),
 -- s (shared) or p (semaphore permits; count = permits held).
 -- wid = daemon id .. "." .. sequence. A hold whose daemon is "-" belongs to
@@ -157,7 +164,7 @@ end
 local function bind(name, k)
     if STATES[name] == nil then
         local s = { name = name, h = KEYS[k], x = KEYS[k + 1], q = KEYS[k + 2], w = KEYS[k + 3], t = KEYS[k + 4],
-                    m = KEYS[k + 5], l = KEYS[k + 6] }
+                    m = KEYS[k + 5], l = KEYS[k + 6], k = KEYS[k + 7] }
         STATES[name] = s
         table.insert(ORDER, s)
     end
@@ -167,10 +174,23 @@ local function peek(name)
     return STATES[name] or error('dlockd: the keys of ' .. name .. ' were not declared')
 end
 
+-- Moves the one hold in k (if any) into h and x, where everything but the
+-- fast paths of lock.lua and unlock.lua looks for holds.
+local function promote(s)
+    local v = redis.call('GET', s.k)
+    if v then
+        local ends, hid, hold = string.match(v, '^(%d+) (%S+) (.*)$')
+        redis.call('HSET', s.h, hid, hold)
+        redis.call('ZADD', s.x, ends, hid)
+        redis.call('DEL', s.k)
+    end
+end
+
 local function state(name)
     local s = peek(name)
     if not s.slow then
         s.slow = true
+        promote(s)
         purge(s)
     end
     return s
@@ -244,9 +264,9 @@ local function at(ms)
     return s
 end
 
--- Grants hid a new hold of k counts on s. Returns its token. The token is
--- Redis's clock in microseconds, or one above the last when that is ahead.
-local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+-- The token of a new grant on s: Redis's clock in microseconds, or one above
+-- the last when that is ahead.
+local function new_token(s)
     local token = NOW_US_S
     local last = redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS, 'GET')
     -- tokens are decimal without leading zeros: compared as strings, longest first
@@ -254,10 +274,24 @@ local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
         token = num(tonumber(last) + 1)
         redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
     end
+    return token
+end
+
+-- Grants hid a new hold of k counts on s. Returns its token.
+local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
+    local token = new_token(s)
     -- hold_encode's fields, without a table for each hold
     redis.call('HSET', s.h, hid, (k == 1 and '1' or num(k)) .. ' ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' ..
         bounded .. ' ' .. daemon .. ' ' .. wid .. ' ' .. client)
     redis.call('ZADD', s.x, at(expiry), hid)
+    return token
+end
+
+-- The same in the one-key form (k), on a name nobody holds or waits for, with one count.
+local function grant_one_key(s, hid, expiry, lease, bounded, wid, client)
+    local token = new_token(s)
+    redis.call('SET', s.k, at(expiry) .. ' ' .. hid .. ' 1 ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' .. bounded ..
+        ' ' .. DAEMON .. ' ' .. wid .. ' ' .. client, 'PXAT', at(expiry + KEY_MARGIN_MS))
     return token
 end
 
@@ -505,8 +539,8 @@ end
 
 -- The batch's reply (see the top). Leaves no empty waiter hash behind, and
 -- no semaphore once nobody holds or waits; the keys of every name touched
--- expire after their last lease (a name only the fast paths touched has no
--- other keys, and an UNLOCK moves no lease on). The daemon that ran it goes
+-- expire after their last lease (the fast paths write k with its expiry, and
+-- an UNLOCK moves no lease on). The daemon that ran it goes
 -- on with the names that have more to hand on; the daemons of their first
 -- waiters hear of it too, in case it does not live to.
 local function finish(results)
@@ -524,10 +558,6 @@ local function finish(results)
                 tell_waiters(s, 0, 4, DAEMON)
             end
             expire(s)
-        elseif s.upto then
-            local t = at(s.upto + KEY_MARGIN_MS)
-            redis.call('PEXPIREAT', s.h, t)
-            redis.call('PEXPIREAT', s.x, t)
         end
     end
     local r, n = { 'OK', NOW, table.concat(more, ' '), #GRANTS / 5 }, 4

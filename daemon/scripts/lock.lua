@@ -16,12 +16,13 @@ local wait, ttl, lease, bounded = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), ARG
 local known = ARGV[A + 9]
 local hid = mode .. who
 
--- The fast path: no name has a hold, a waiter, or another type.
+-- The fast path: no name has a hold, a waiter, or another type. Each gets
+-- its hold in the one-key form (k).
 if S == nil then
     local free = true
     for _, name in ipairs(NAMES) do
         local s = peek(name)
-        if redis.call('EXISTS', s.h, s.q, s.m, s.l) > 0 then
+        if redis.call('EXISTS', s.k, s.h, s.q, s.m, s.l) > 0 then
             free = false
             break
         end
@@ -29,9 +30,7 @@ if S == nil then
     if free then
         local tokens, counts = {}, {}
         for i, name in ipairs(NAMES) do
-            local s = peek(name)
-            tokens[i], counts[i] = grant_new(s, hid, 1, NOW + ttl, lease, bounded, DAEMON, wid, client), '1'
-            s.upto = math.max(s.upto or 0, NOW + ttl)
+            tokens[i], counts[i] = grant_one_key(peek(name), hid, NOW + ttl, lease, bounded, wid, client), '1'
             index_set(REC, hid, name, tokens[i])
         end
         return reply('OK', join(tokens), join(counts), 0)

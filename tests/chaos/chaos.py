@@ -428,9 +428,15 @@ class Driver:
         now_ms = int(sec) * 1000 + int(usec) // 1000
         out, cur = {}, "0"
         while True:
-            cur, keys = redis_cmd(port, "SCAN", cur, "MATCH", "dlock:{*}:h", "COUNT", "1000", timeout=1.0)
+            cur, keys = redis_cmd(port, "SCAN", cur, "MATCH", "dlock:{*}:[hk]", "COUNT", "1000", timeout=1.0)
             for k in keys:
                 name = k[len("dlock:{"):-len("}:h")]
+                if k.endswith("}:k"):  # the one-key form: "end hid value"
+                    v = redis_cmd(port, "GET", k, timeout=1.0) or ""
+                    f = v.split(" ")
+                    if len(f) >= 8 and int(f[0]) > now_ms + 200:
+                        out[(name, f[1])] = (int(f[3]), f[7])
+                    continue
                 h = redis_cmd(port, "HGETALL", k, timeout=1.0) or []
                 x = redis_cmd(port, "ZRANGE", "dlock:{%s}:x" % name, "0", "-1", "WITHSCORES", timeout=1.0) or []
                 ends = dict(zip(x[0::2], x[1::2]))
