@@ -239,6 +239,9 @@ static enum status recipe_status(struct cl *c, const redisReply *r, int kind)
 
 static enum status rd_status(struct cl *c, const redisReply *r, int kind)
 {
+    struct contract_batch head;
+    struct contract_reply op;
+
     if (r == NULL)
         return ST_GONE;
     if (r->type == REDIS_REPLY_ERROR) {
@@ -260,18 +263,21 @@ static enum status rd_status(struct cl *c, const redisReply *r, int kind)
     default:
         break;
     }
-    /* the batch script's reply ends with the reply of its one operation */
-    if (r->type == REDIS_REPLY_ARRAY && r->elements > 0)
-        r = r->element[r->elements - 1];
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->element[0]->type != REDIS_REPLY_STRING) {
+    /* the batch script's reply, with its one operation's */
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         bench_error(c->b, "connection %d: unexpected script reply", c->id);
         return ST_ERR;
     }
-    if (strcmp(r->element[0]->str, "OK") == 0)
+    contract_batch(&head, r);
+    if (contract_op_reply(&head, 0, kind == K_LOCK ? OP_LOCK : OP_UNLOCK, &op) == NULL) {
+        bench_error(c->b, "connection %d: unexpected script reply", c->id);
+        return ST_ERR;
+    }
+    if (op.status == CONTRACT_OK)
         return ST_OK;
-    if (strcmp(r->element[0]->str, "BUSY") == 0)
+    if (op.status == CONTRACT_BUSY)
         return ST_BUSY;
-    bench_error(c->b, "connection %d: script says %s", c->id, r->element[0]->str);
+    bench_error(c->b, "connection %d: script says %s", c->id, op.text);
     return ST_ERR;
 }
 
@@ -422,12 +428,12 @@ void cl_lock(struct cl *c, const char *name, int shared, int wait_ms, cl_cb *cb,
         recipe_lock(c, name, shared, cb, arg);
         return;
     }
-    /* lock.lua: who mode client wid wait ttl lease bounded qttl known (what dlockd passes, never waiting) */
+    /* lock.lua: who mode client wid wait ttl lease bounded qttl known ends (what dlockd passes, never waiting) */
     snprintf(wid, sizeof(wid), "%s.%llu", c->b->daemon_id, (unsigned long long)++c->b->seq);
     snprintf(lease, sizeof(lease), "%d", BENCH_LEASE_MS);
     snprintf(qttl, sizeof(qttl), "%d", BENCH_LEASE_MS * 2 / 3);
-    const char *args[] = { c->who, shared ? "s" : "x", "bench", wid, "0", lease, lease, "0", qttl, "1" };
-    rd_script(c, K_LOCK, "lock", name, 10, args, cb, arg);
+    const char *args[] = { c->who, shared ? "s" : "x", "bench", wid, "0", lease, lease, "0", qttl, "1", "0" };
+    rd_script(c, K_LOCK, "lock", name, 11, args, cb, arg);
 }
 
 void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
@@ -442,9 +448,9 @@ void cl_unlock(struct cl *c, const char *name, cl_cb *cb, void *arg)
         recipe_unlock(c, name, cb, arg);
         return;
     }
-    /* unlock.lua: who mode(any) all token k delay known */
-    const char *args[] = { c->who, "", "0", "", "1", "0", "1" };
-    rd_script(c, K_UNLOCK, "unlock", name, 7, args, cb, arg);
+    /* unlock.lua: who mode(any) all token k delay known unindex */
+    const char *args[] = { c->who, "", "0", "", "1", "0", "1", "" };
+    rd_script(c, K_UNLOCK, "unlock", name, 8, args, cb, arg);
 }
 
 void cl_heartbeat(struct cl *c)

@@ -149,7 +149,7 @@ static void go_on(struct dlockd *d, const struct contract_batch *head)
 }
 
 /* Hands out the grants, then each operation its reply (late ones only to those that wait for one). */
-static void deliver(struct batch *b, const struct contract_batch *head, int late)
+static void deliver(struct batch *b, struct contract_batch *head, int late)
 {
     struct dlockd *d = b->d;
     struct contract_reply r;

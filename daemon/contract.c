@@ -261,6 +261,8 @@ void contract_batch(struct contract_batch *b, const redisReply *rep)
     if (b->ngrants < 0)
         b->ngrants = 0;
     b->rep = rep;
+    b->next = fields(rep);
+    b->next_op = 0;
 }
 
 /* An operation's grant: the fields tokens counts free from index at. */
@@ -369,18 +371,32 @@ static void decode_fields(const redisReply *rep, size_t f, enum op_id op, struct
     }
 }
 
-const struct contract_reply *contract_op_reply(const struct contract_batch *b, int i, enum op_id op,
+const struct contract_reply *contract_op_reply(struct contract_batch *b, int i, enum op_id op,
                                                struct contract_reply *r)
 {
     const redisReply *rep = b->rep;
-    size_t at = fields(rep) + (size_t)i;
+    long long n = 0;
 
-    if (rep->type != REDIS_REPLY_ARRAY || at >= rep->elements || rep->element[at]->type != REDIS_REPLY_ARRAY)
+    if (rep->type != REDIS_REPLY_ARRAY)
         return NULL;
-    rep = rep->element[at];
-    str(rep, BATCH_STATUS, r->text, sizeof(r->text));
+    if (i < b->next_op) {
+        b->next = fields(rep);
+        b->next_op = 0;
+    }
+    /* each operation's reply: the number of its fields, then them */
+    for (; b->next < rep->elements; b->next += 1 + (size_t)n, b->next_op++) {
+        n = redis_elem_int(rep, b->next);
+        if (n < 1 || b->next + (size_t)n >= rep->elements)
+            return NULL;
+        if (b->next_op == i)
+            break;
+    }
+    if (b->next >= rep->elements)
+        return NULL;
+    r->view = (redisReply){ .type = REDIS_REPLY_ARRAY, .elements = (size_t)n, .element = rep->element + b->next + 1 };
+    str(&r->view, 0, r->text, sizeof(r->text));
     r->status = status_of(r->text);
-    decode_fields(rep, fields(rep), op, r);
+    decode_fields(&r->view, 1, op, r);
     return r;
 }
 

@@ -164,6 +164,7 @@ struct contract_holder {
 
 /* An operation's reply. Which fields are set depends on the operation and status. */
 struct contract_reply {
+    redisReply view;                   /* the operation's part of the batch's reply: its status, then its fields */
     enum contract_status status;
     char text[16];                     /* the status as Redis sent it */
     union {
@@ -217,6 +218,8 @@ struct contract_batch {
     const char *more;                  /* names with more to hand on, space-separated */
     long long ngrants;
     const redisReply *rep;
+    size_t next;                       /* where the reply of operation next_op starts in rep */
+    int next_op;
 };
 
 /* What an operation's caller gets: its reply, or NULL when there was none. */
@@ -226,8 +229,9 @@ typedef void contract_cb(struct dlockd *d, const struct contract_reply *rep, voi
 void contract_batch(struct contract_batch *b, const redisReply *rep);
 /* Decodes grant i (from 0, below b->ngrants) of b into g. */
 void contract_batch_grant(const struct contract_batch *b, long long i, struct contract_grant *g);
-/* Decodes the reply of operation i of b, which ran op, into r. Returns r, or NULL when it is malformed. */
-const struct contract_reply *contract_op_reply(const struct contract_batch *b, int i, enum op_id op,
+/* Decodes the reply of operation i of b, which ran op, into r (fastest in the order of i). Returns r, or
+ * NULL when it is malformed. */
+const struct contract_reply *contract_op_reply(struct contract_batch *b, int i, enum op_id op,
                                                struct contract_reply *r);
 /* Holder i (from 0, below r->state.nholders) of a STATUS reply. */
 struct contract_holder contract_holder(const struct contract_reply *r, int i);

@@ -14,8 +14,8 @@ local function batch(keys, args)
     end
     NOW_S, NOW_US_S = num(NOW), num(NOW_US)
     STATES, ORDER, GRANTS, SPENT, AT, HINTED, RECORDS = {}, {}, {}, 0, {}, {}, {}
-    local results, a, k = {}, 5, 1
-    for i = 1, tonumber(ARGV[4]) do
+    local results, nr, a, k = {}, 0, 5, 1
+    for _ = 1, tonumber(ARGV[4]) do
         local op, n = ARGV[a], count(ARGV[a + 1])
         local names = { unpack(ARGV, a + 2, a + 1 + n) }
         for j = 1, n do
@@ -28,7 +28,12 @@ local function batch(keys, args)
             k = k + 1
         end
         local m = count(ARGV[a + 3 + n])
-        results[i] = OPS[op](ARGV, a + 4 + n, names, not LAZY[op] and prepare(names) or nil, rec)
+        local res = OPS[op](ARGV, a + 4 + n, names, not LAZY[op] and prepare(names) or nil, rec)
+        results[nr + 1] = #res
+        for j = 1, #res do
+            results[nr + 1 + j] = res[j]
+        end
+        nr = nr + 1 + #res
         a = a + 4 + n + m
     end
     return finish(results)

@@ -45,8 +45,9 @@
 -- A batch that starts after its deadline changes nothing and answers LATE.
 -- Its reply: status, Redis time (ms), the names with more to hand on
 -- (space-separated), the number of grants, wid tokens counts free left of
--- each grant, then the reply of each operation: status, Redis time, "", 0,
--- then the operation's own fields.
+-- each grant, then the reply of each operation, flat: the number of its
+-- fields, then its status and its own fields (one array: Redis turns a
+-- nested table into a reply at a cost of its own).
 
 -- The state of one call, set by batch() (batch.lua) before its operations
 -- run: this file is loaded once, as a Redis function library, and its
@@ -534,7 +535,7 @@ end
 
 -- An operation's reply (see the top).
 local function reply(status, ...)
-    return { status, NOW, '', 0, ... }
+    return { status, ... }
 end
 
 -- The batch's reply (see the top). Leaves no empty waiter hash behind, and
