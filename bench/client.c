@@ -465,20 +465,20 @@ void cl_heartbeat(struct cl *c)
 
 void cl_renew(struct cl *c, const char *name, cl_cb *cb, void *arg)
 {
-    static const char suffix[] = "hxqwm";
-    char keys[5][256], member[32], lease[16];
-    const char *argv[11];
+    char keys[CONTRACT_RENEW_KEYS][256], member[32], lease[16], nkeys[16];
+    const char *argv[4 + CONTRACT_RENEW_KEYS + 3];
     int n = 0;
 
-    /* renew.lua: KEYS h x q w m of each name (their expiry moves on); ARGV per name: n, then member lease pairs */
-    for (int i = 0; i < 5; i++)
-        snprintf(keys[i], sizeof(keys[i]), "%s{%s}:%c", BENCH_PREFIX, name, suffix[i]);
+    /* renew.lua: KEYS (CONTRACT_RENEW_SUFFIXES) of each name; ARGV per name: n, then member lease pairs */
+    for (int i = 0; i < CONTRACT_RENEW_KEYS; i++)
+        snprintf(keys[i], sizeof(keys[i]), "%s{%s}:%c", BENCH_PREFIX, name, CONTRACT_RENEW_SUFFIXES[i]);
     snprintf(member, sizeof(member), "x%s", c->who);
     snprintf(lease, sizeof(lease), "%d", BENCH_LEASE_MS);
+    snprintf(nkeys, sizeof(nkeys), "%d", CONTRACT_RENEW_KEYS);
     argv[n++] = "EVALSHA";
     argv[n++] = c->b->sha_renew;
-    argv[n++] = "5";
-    for (int i = 0; i < 5; i++)
+    argv[n++] = nkeys;
+    for (int i = 0; i < CONTRACT_RENEW_KEYS; i++)
         argv[n++] = keys[i];
     argv[n++] = "1";
     argv[n++] = member;
