@@ -219,6 +219,13 @@ static long long redis_int(const char *cmd, const char *key)
     return n;
 }
 
+/* A session record of this daemon at key, as HELLO writes it (only what the scripts look at). */
+static void make_record(const char *key)
+{
+    freeReplyObject(redisCommand(rc, "HSET %s d " DAEMON, key));
+    freeReplyObject(redisCommand(rc, "PEXPIRE %s 60000", key));
+}
+
 /* A LOCK or UNLOCK that carries its session's record indexes what it grants, queues and releases
  * there in the same call; a record that is gone stays gone. */
 START_TEST(test_record_carried)
@@ -230,8 +237,7 @@ START_TEST(test_record_carried)
     const struct contract_reply *p;
     char token[CONTRACT_LIST_MAX], *v;
 
-    freeReplyObject(redisCommand(rc, "HSET %s d " DAEMON, rec_a));
-    freeReplyObject(redisCommand(rc, "PEXPIRE %s 60000", rec_a));
+    make_record(rec_a);
     lock_args(&a, WHO_A, 'x', DAEMON ".1", 0);
     a.record = rec_a;
     p = run(OP_LOCK, "n", &a, &head, &r);
@@ -247,8 +253,7 @@ START_TEST(test_record_carried)
     p = run(OP_LOCK, "n", &a, &head, &r);
     ck_assert_int_eq(p->status, CONTRACT_WAIT);
     ck_assert_int_eq(redis_int("EXISTS", rec_b), 0);
-    freeReplyObject(redisCommand(rc, "HSET %s d " DAEMON, rec_b));
-    freeReplyObject(redisCommand(rc, "PEXPIRE %s 60000", rec_b));
+    make_record(rec_b);
     lock_args(&a, WHO_B, 's', DAEMON ".3", 1);
     a.record = rec_b;
     p = run(OP_LOCK, "n", &a, &head, &r);
