@@ -278,12 +278,17 @@ local function new_token(s)
     return token
 end
 
+-- The value in h of a hold of k counts granted now: hold_encode's fields,
+-- without a table for each hold.
+local function new_hold(k, token, lease, bounded, daemon, wid, client)
+    return (k == 1 and '1' or num(k)) .. ' ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' .. bounded .. ' ' .. daemon ..
+        ' ' .. wid .. ' ' .. client
+end
+
 -- Grants hid a new hold of k counts on s. Returns its token.
 local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
     local token = new_token(s)
-    -- hold_encode's fields, without a table for each hold
-    redis.call('HSET', s.h, hid, (k == 1 and '1' or num(k)) .. ' ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' ..
-        bounded .. ' ' .. daemon .. ' ' .. wid .. ' ' .. client)
+    redis.call('HSET', s.h, hid, new_hold(k, token, lease, bounded, daemon, wid, client))
     redis.call('ZADD', s.x, at(expiry), hid)
     return token
 end
@@ -291,8 +296,8 @@ end
 -- The same in the one-key form (k), on a name nobody holds or waits for, with one count.
 local function grant_one_key(s, hid, expiry, lease, bounded, wid, client)
     local token = new_token(s)
-    redis.call('SET', s.k, at(expiry) .. ' ' .. hid .. ' 1 ' .. token .. ' ' .. NOW_S .. ' ' .. lease .. ' ' .. bounded ..
-        ' ' .. DAEMON .. ' ' .. wid .. ' ' .. client, 'PXAT', at(expiry + KEY_MARGIN_MS))
+    redis.call('SET', s.k, at(expiry) .. ' ' .. hid .. ' ' .. new_hold(1, token, lease, bounded, DAEMON, wid, client),
+        'PXAT', at(expiry + KEY_MARGIN_MS))
     return token
 end
 

@@ -15,26 +15,18 @@ local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A +
 local k, delay, known, unindex = count(ARGV[A + 4]), count(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
 
 -- The fast paths: a live hold of one lock, released now. In the one-key
--- form (k) nobody else holds or waits; in h, the name is handed on only when
--- someone waits.
-if S == nil and #NAMES == 1 and mode ~= 'p' and delay == 0 and known == '1' then
+-- form (k: always one count, see lock.lua) nobody else holds or waits; in
+-- h, the name is handed on only when someone waits.
+if S == nil and #NAMES == 1 and mode ~= 'p' and delay == 0 and known == '1' and (all or k == 1) then
     local s = peek(NAMES[1])
-    local v = redis.call('GET', s.k)
-    local ends, hid, held, tok, mid, daemon, tail =
-        string.match(v or '', '^(%d+) (%S+) (%d+) (%d+) (%d+ %d+ %d) (%S+) (.*)$')
-    held = hid and string.sub(hid, 2) == who and (mode == '' or mode == string.sub(hid, 1, 1)) and
-        tonumber(ends) > NOW and daemon == DAEMON and tonumber(held)
-    if held and (token == '' or tok == token) and (all or k <= held) then
-        local left = all and 0 or held - k
-        if left > 0 then
-            redis.call('SET', s.k, table.concat({ ends, hid, left, tok, mid, daemon, tail }, ' '), 'KEEPTTL')
-        else
-            redis.call('DEL', s.k)
-            if unindex == '1' then
-                index_del(REC, hid, NAMES[1])
-            end
+    local ends, hid, tok, daemon = string.match(redis.call('GET', s.k) or '', '^(%d+) (%S+) 1 (%d+) %d+ %d+ %d (%S+) ')
+    if hid and string.sub(hid, 2) == who and (mode == '' or mode == string.sub(hid, 1, 1)) and tonumber(ends) > NOW
+        and daemon == DAEMON and (token == '' or tok == token) then
+        redis.call('DEL', s.k)
+        if unindex == '1' then
+            index_del(REC, hid, NAMES[1])
         end
-        return reply('OK', left, string.sub(hid, 1, 1), 0)
+        return reply('OK', 0, string.sub(hid, 1, 1), 0)
     end
 end
 if S == nil then
