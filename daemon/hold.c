@@ -39,6 +39,24 @@ struct hold *hold_find(struct dlockd *d, const char *name, const char *hid)
     return NULL;
 }
 
+static void on_lease_end(struct deadline *dl);
+
+/* Gives h a lease= of ms from now, in place of the one it had (none for 0). */
+static void set_lease(struct dlockd *d, struct hold *h, int64_t ms)
+{
+    if (h->lease) {
+        deadline_cancel(d->deadlines, &h->lease->dl);
+        free(h->lease);
+        h->lease = NULL;
+    }
+    if (ms > 0) {
+        h->lease = must(malloc(sizeof(*h->lease)));
+        h->lease->h = h;
+        deadline_init(&h->lease->dl, on_lease_end);
+        deadline_arm(d->deadlines, &h->lease->dl, now_ms() + (uint64_t)ms);
+    }
+}
+
 void hold_remove(struct dlockd *d, struct hold *h)
 {
     TAILQ_REMOVE(&h->s->holds, h, in_session);
@@ -50,10 +68,7 @@ void hold_remove(struct dlockd *d, struct hold *h)
         dict_del(d->names, h->ln->name);
         mem_free(h->ln, sizeof(*h->ln));
     }
-    if (h->lease) {
-        deadline_cancel(d->deadlines, &h->lease->dl);
-        free(h->lease);
-    }
+    set_lease(d, h, 0);
     mem_free(h, sizeof(*h) + strlen(h->hid) + 1);
 }
 
@@ -121,17 +136,16 @@ void hold_set(struct session *s, const char *name, const char *hid, const char *
         h->s = s;
         h->since = now_ms();
         memcpy(h->hid, hid, hlen + 1);
-        if (lease > 0) {
-            h->lease = must(malloc(sizeof(*h->lease)));
-            h->lease->h = h;
-            deadline_init(&h->lease->dl, on_lease_end);
-            deadline_arm(d->deadlines, &h->lease->dl, now_ms() + (uint64_t)lease);
-        }
+        set_lease(d, h, lease);
         h->ln = name_get(d, name);
         TAILQ_INSERT_TAIL(&s->holds, h, in_session);
         TAILQ_INSERT_TAIL(&h->ln->holds, h, in_name);
         s->nholds++;
         d->nholds++;
+    } else if (h->token != strtoull(token, NULL, 10)) {
+        /* another hold in Redis, not a reentry: its lease= is its own */
+        h->since = now_ms();
+        set_lease(d, h, lease);
     }
     h->token = strtoull(token, NULL, 10);
     h->count = count;

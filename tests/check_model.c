@@ -814,6 +814,136 @@ START_TEST(test_model)
 }
 END_TEST
 
+/*
+ * Bursts: a few tagged requests of one session in one write, so that they
+ * run in one batch script, in order (untagged ones would go one at a time). A name
+ * an earlier request of the batch read (STATUS, a refused or slow LOCK, an
+ * UNLOCK) and a fast-path grant on it later in the same batch must see each
+ * other: two owners, two names, exclusive and shared holds, reentry.
+ */
+#define BN 2 /* names */
+#define BO 2 /* owners */
+
+struct bhold {
+    int count;
+    long long tok;
+};
+
+static struct bhold B[BN][BO][2]; /* [name][owner][0 exclusive, 1 shared] */
+static long long Blast[BN];
+
+/* Whether owner o's request in mode m (0 exclusive) on name n must be refused. */
+static int b_blocked(int n, int o, int m)
+{
+    for (int k = 0; k < BO; k++)
+        if (k != o && (B[n][k][0].count > 0 || (m == 0 && B[n][k][1].count > 0)))
+            return 1;
+    return 0;
+}
+
+static int b_holds(int n)
+{
+    int k = 0;
+
+    for (int o = 0; o < BO; o++)
+        k += (B[n][o][0].count > 0) + (B[n][o][1].count > 0);
+    return k;
+}
+
+/* Checks reply r to request req against the model, and applies it. */
+static void b_check(const char *req, const char *r, int verb, int n, int o, int m, int all)
+{
+    struct bhold *h = &B[n][o][m];
+    char want[160] = "";
+
+    if (r == NULL) {
+        H_FAIL("burst: no reply to '%s'", req);
+        return;
+    }
+    if (verb == 0) { /* LOCK */
+        if (b_blocked(n, o, m)) {
+            if (!h_match(r, "BUSY%*"))
+                snprintf(want, sizeof want, "BUSY");
+        } else if (!h_match(r, "OK token=%d count=%d")) {
+            snprintf(want, sizeof want, "OK token= count=%d", h->count + 1);
+        } else {
+            long long tok = h_kv_int(r, "token"), count = h_kv_int(r, "count");
+            if (count != h->count + 1 || (h->count > 0 && tok != h->tok) || (h->count == 0 && tok <= Blast[n]))
+                snprintf(want, sizeof want, "count=%d and token %s %lld", h->count + 1,
+                         h->count > 0 ? "=" : ">", h->count > 0 ? h->tok : Blast[n]);
+            h->count++;
+            h->tok = tok;
+            if (tok > Blast[n])
+                Blast[n] = tok;
+        }
+    } else if (verb == 1) { /* UNLOCK; m: 1 with shared, else the exclusive hold if any */
+        if (m == 0 && h->count == 0)
+            h = &B[n][o][1];
+        if (h->count == 0) {
+            if (!h_match(r, "ERR NOTHELD %*"))
+                snprintf(want, sizeof want, "ERR NOTHELD");
+        } else {
+            h->count = all ? 0 : h->count - 1;
+            if (!h_match(r, "OK count=%d") || h_kv_int(r, "count") != h->count)
+                snprintf(want, sizeof want, "OK count=%d", h->count);
+        }
+    } else { /* STATUS: one holder per hold */
+        int k = 0;
+        for (const char *p = strstr(r, "\"token\":"); p; p = strstr(p + 1, "\"token\":"))
+            k++;
+        if (!h_match(r, "OK {%*") || k != b_holds(n))
+            snprintf(want, sizeof want, "%d holders", b_holds(n));
+    }
+    if (want[0])
+        H_FAIL("burst: '%s' -> '%s', expected %s", req, r, want);
+}
+
+START_TEST(test_bursts)
+{
+    static const char *const name[BN] = {"b.a", "b.b"}, *const owner[BO] = {"o1", "o2"};
+    const char *env = getenv("DLOCK_SEED");
+    uint64_t seed = env != NULL && *env ? strtoull(env, NULL, 0) : (uint64_t)h_now_ms() ^ ((uint64_t)getpid() << 20);
+    struct h_conn *c = H_CLIENT(D, "name=burst ttl=600000ms");
+    long long nreq = 0;
+
+    fprintf(stderr, "bursts: seed %" PRIu64 " (DLOCK_SEED=%" PRIu64 " reproduces it)\n", seed, seed);
+    rng = seed;
+    memset(B, 0, sizeof B);
+    memset(Blast, 0, sizeof Blast);
+    for (int burst = 0; burst < 1500; burst++) {
+        char buf[2048], req[8][80], tag[8][16];
+        int k = 2 + rnd(7), verb[8], n[8], o[8], m[8], all[8];
+        size_t len = 0;
+
+        for (int i = 0; i < k; i++) {
+            int p = rnd(10);
+            /* as many UNLOCKs as LOCKs, half of them all: names are often free */
+            verb[i] = p < 4 ? 0 : p < 8 ? 1 : 2;
+            n[i] = rnd(BN);
+            o[i] = rnd(BO);
+            m[i] = rnd(3) == 0;
+            all[i] = verb[i] == 1 && rnd(2);
+            snprintf(tag[i], sizeof tag[i], "#b%d", i);
+            if (verb[i] == 0)
+                snprintf(req[i], sizeof req[i], "LOCK %s owner=%s%s", name[n[i]], owner[o[i]], m[i] ? " shared" : "");
+            else if (verb[i] == 1)
+                snprintf(req[i], sizeof req[i], "UNLOCK %s owner=%s%s%s", name[n[i]], owner[o[i]], m[i] ? " shared" : "",
+                         all[i] ? " all" : "");
+            else
+                snprintf(req[i], sizeof req[i], "STATUS %s", name[n[i]]);
+            len += (size_t)snprintf(buf + len, sizeof buf - len, "%s %s\r\n", tag[i], req[i]);
+        }
+        ck_assert_int_eq(h_send_raw(c, buf, len), 0);
+        for (int i = 0; i < k; i++) {
+            const char *r = h_reply_tag(c, tag[i] + 1, H_TIMEOUT);
+            b_check(req[i], r ? r + strlen(tag[i]) + 1 : NULL, verb[i], n[i], o[i], m[i], all[i]);
+        }
+        nreq += k;
+    }
+    fprintf(stderr, "bursts: %lld requests in 1500 bursts, no divergence\n", nreq);
+}
+END_TEST
+
 static Suite *model_suite(void)
 {
     Suite *s = suite_create("model");
@@ -822,6 +952,7 @@ static Suite *model_suite(void)
     tcase_add_checked_fixture(tc, h_setup_both, h_teardown);
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_model);
+    tcase_add_test(tc, test_bursts);
     suite_add_tcase(s, tc);
     return s;
 }

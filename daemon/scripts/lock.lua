@@ -17,12 +17,14 @@ local known = ARGV[A + 9]
 local hid = mode .. who
 
 -- The fast path: no name has a hold, a waiter, or another type. Each gets
--- its hold in the one-key form (k).
+-- its hold in the one-key form (k). Not on a name an earlier operation of
+-- the batch loaded (state): its holds are in h till the batch ends, and k
+-- is read only on loading.
 if S == nil then
     local free = true
     for _, name in ipairs(NAMES) do
         local s = peek(name)
-        if redis.call('EXISTS', s.k, s.h, s.q, s.m, s.l) > 0 then
+        if s.slow or redis.call('EXISTS', s.k, s.h, s.q, s.m, s.l) > 0 then
             free = false
             break
         end

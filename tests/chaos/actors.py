@@ -591,6 +591,9 @@ class Resumer(Actor):
                 self.suspect(sid, name, self.ledger[name], t, "a new token %d granted" % tok)
             self.ledger[name] = tok
             self.released.pop(name, None)
+        elif v == "LOCK" and r.kind == "OK" and amb and conn.sess is self.home:
+            # sent behind the resume that succeeded: the name is held again, whatever was released before
+            self.released.pop(req["names"][0], None)
         elif v == "UNLOCK" and (conn.sess is self.home or amb):
             name = req["names"][0]
             if r.kind == "OK" and r.fields.get("count") == "0" and name in self.ledger:
