@@ -16,9 +16,7 @@
 #include "batch.h"
 #include "dlockd.h"
 #include "log.h"
-#include "record.h"
 #include "redis.h"
-#include "wait.h"
 #include "strbuf.h"
 
 #define BATCH_OPS 256            /* operations in one call at most */
@@ -154,7 +152,8 @@ static void deliver(struct batch *b, struct contract_batch *head, int late)
     struct dlockd *d = b->d;
     struct contract_reply r;
 
-    wait_apply_grants(d, head);
+    if (d->batch_listener)
+        d->batch_listener->granted(d, head);
     for (int i = 0; i < b->nops; i++) {
         struct batch_op *op = &b->ops[i];
         if (late && op->late)
@@ -249,7 +248,8 @@ static void send_now(struct batch *b)
     parts[0] = (struct redis_resp){ b->keys.buf, b->keys.len };
     parts[1] = (struct redis_resp){ h.buf, h.len };
     parts[2] = (struct redis_resp){ b->args.buf, b->args.len };
-    record_flush(d); /* a hold is in its session's record before Redis can grant it */
+    if (d->batch_listener)
+        d->batch_listener->sending(d);
     rc = redis_script_resp(d->redis, SCRIPT_BATCH, b->slot, b->keys.n, b->keys.n + CONTRACT_HEAD + b->args.n, parts,
                            3, on_answer, on_late, b);
     free(h.buf);
@@ -505,6 +505,11 @@ const char *batch_gated_until(const struct dlockd *d, char *buf, size_t len)
     gmtime_r(&at, &tm);
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
     return buf;
+}
+
+void batch_listen(struct dlockd *d, const struct batch_listener *l)
+{
+    d->batch_listener = l;
 }
 
 void batch_close(struct dlockd *d)

@@ -51,6 +51,17 @@ int batch_gated(const struct dlockd *d);
  * when that waits for the write-back; "" while it is open. Returns its text.
  */
 const char *batch_gated_until(const struct dlockd *d, char *buf, size_t len);
+/*
+ * What the layers above hear of every batch, set once (batch_listen):
+ * sending, just before its call goes out (the session records' changes go
+ * first, so a hold is in its record before Redis can grant it); granted,
+ * the grants its reply hands out, before its operations hear their replies.
+ */
+struct batch_listener {
+    void (*sending)(struct dlockd *d);
+    void (*granted)(struct dlockd *d, const struct contract_batch *head);
+};
+void batch_listen(struct dlockd *d, const struct batch_listener *l);
 /* Answers the operations not sent yet (kept ones too) as if Redis had not answered, and frees the batches. */
 void batch_close(struct dlockd *d);
 

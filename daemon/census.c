@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "census.h"
+#include "batch.h"
 #include "conn.h"
 #include "dict.h"
 #include "dlockd.h"
@@ -128,7 +129,7 @@ static void probe_more(struct census *c)
         p->c = c;
         p->i = c->next++;
         c->pending++;
-        if (c->d->hooks->script(c->d, OP_STATUS, 1, 1, &name, NULL, on_status, NULL, p)) {
+        if (batch_op(c->d, OP_STATUS, 1, 1, &name, NULL, on_status, NULL, p)) {
             free(p);
             c->pending--;
             c->failed = redis_unavailable(c->d->redis);

@@ -243,10 +243,14 @@ static const struct hooks hooks = {
     .answered = reqid_answered,
     .dropped = reqid_dropped,
     .ended = share_end,
-    .script = batch_op,
     .hold_ended = hold_ended,
     .each_index = each_index,
     .check_moved = check_moved,
+};
+
+static const struct batch_listener batch_listener = {
+    .sending = record_flush,
+    .granted = wait_apply_grants,
 };
 
 static const struct redis_owner redis_owner = {
@@ -272,6 +276,7 @@ void daemon_init(struct dlockd *d)
     d->latch_peers = dict_new();
     conn_init(d);
     d->redis = redis_new(d, &redis_owner);
+    batch_listen(d, &batch_listener);
 }
 
 void daemon_free(struct dlockd *d)

@@ -22,6 +22,7 @@ struct admin;
 struct args;
 struct idrec;
 struct hooks;
+struct batch_listener;
 struct ack;
 struct share;
 
@@ -36,6 +37,7 @@ struct dlockd {
     struct server *server;      /* listeners */
     struct redis *redis;        /* the Redis link */
     struct batcher *batcher;    /* script operations of this turn of the loop (batch.c) */
+    const struct batch_listener *batch_listener; /* what the layers above hear of each batch */
     struct ack *ack;            /* answers held for min-replicas-ack (ack.c); NULL before the first */
     struct deadlines *deadlines;
     struct event *renew_timer;  /* one timer renews every lease */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "conn.h"
 #include "dict.h"
 #include "dlockd.h"
@@ -17,7 +18,7 @@
 int hold_script(struct dlockd *d, enum op_id op, int nnames, const char *const *names,
                 const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg)
 {
-    return d->hooks->script(d, op, 1, nnames, names, args, cb, late, arg);
+    return batch_op(d, op, 1, nnames, names, args, cb, late, arg);
 }
 
 struct lname *hold_name(struct dlockd *d, const char *name)
@@ -191,7 +192,7 @@ static int release(struct dlockd *d, const char *name, const char *hid, const ch
 
     contract_unlock_args(&args, hid + 1, hid[0], all, token, k, (long long)delay, "1", NULL);
     /* No deadline: it checks the token, so it may run whenever Redis gets to it. */
-    if (d->hooks->script(d, OP_UNLOCK, 0, 1, &name, &args, cb, NULL, arg) == 0)
+    if (batch_op(d, OP_UNLOCK, 0, 1, &name, &args, cb, NULL, arg) == 0)
         return 0;
     log_warnx("backend down: '%s' is left to its lease in Redis", name);
     return -1;

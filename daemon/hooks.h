@@ -3,8 +3,6 @@
 #ifndef DLOCKD_HOOKS_H
 #define DLOCKD_HOOKS_H
 
-#include "contract.h"
-#include "scripts.h"
 
 struct conn;
 struct dlockd;
@@ -21,8 +19,6 @@ struct hooks {
     void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */
     void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
     void (*ended)(struct req *r);                           /* r ends, answered or not: a read frees its turn */
-    int (*script)(struct dlockd *d, enum op_id op, int flags, int nnames, const char *const *names,
-                  const struct contract_args *args, contract_cb *cb, contract_cb *late, void *arg); /* batch_op */
     /* a hold here ended: unindex it; dropped is its token when Redis unindexed it with its release, else NULL */
     void (*hold_ended)(struct session *s, const char *hid, const char *name, const char *dropped);
     void (*each_index)(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),

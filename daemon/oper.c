@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "census.h"
+#include "batch.h"
 #include "conn.h"
 #include "dlockd.h"
 #include "hold.h"
@@ -204,7 +205,7 @@ void oper_force(struct req *r)
 
     f->req = r;
     snprintf(f->name, sizeof(f->name), "%s", name);
-    if (r->d->hooks->script(r->d, OP_FORCE, 1, 1, &name, NULL, on_force, NULL, f)) {
+    if (batch_op(r->d, OP_FORCE, 1, 1, &name, NULL, on_force, NULL, f)) {
         req_err(r, PROTO_EBACKEND, "%s", redis_unavailable(r->d->redis));
         free(f);
     }
@@ -245,6 +246,6 @@ void oper_on_message(struct dlockd *d, const char *msg)
     if (sscanf(msg, "F %200s", name) != 1 || hold_name(d, name) == NULL)
         return;
     copy = must(strdup(name));
-    if (d->hooks->script(d, OP_STATUS, 1, 1, names, NULL, on_checked, NULL, copy))
+    if (batch_op(d, OP_STATUS, 1, 1, names, NULL, on_checked, NULL, copy))
         free(copy);
 }
