@@ -350,7 +350,7 @@ static void rd_open(struct cl *c)
     rd_send(c, K_PING, 1, ping, on_ready, NULL);
 }
 
-/* The keys of a name, in the scripts' order (daemon/contract.h: CONTRACT_SUFFIXES). */
+/* The keys of a name, in the scripts' order (daemon/backend/contract.h: CONTRACT_SUFFIXES). */
 static void rd_keys(const char *name, char keys[CONTRACT_NAME_KEYS][256])
 {
     for (int i = 0; i < CONTRACT_NAME_KEYS; i++)

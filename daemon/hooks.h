@@ -3,7 +3,6 @@
 #ifndef DLOCKD_HOOKS_H
 #define DLOCKD_HOOKS_H
 
-
 struct conn;
 struct dlockd;
 struct req;

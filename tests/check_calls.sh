@@ -1,9 +1,13 @@
 #!/bin/sh
 # check_calls.sh - every call in the daemon goes down: the call graph between its modules, read
-# from the symbols of the built objects (nm), has no cycle (tsort). A module that calls one that
-# calls it back, however far round, fails `make check` with the loop and the symbols behind it.
+# from the symbols of the built objects (nm), has no cycle (tsort), and no module calls one in a
+# higher layer. The layers are daemon/'s folders, from the bottom up: core, backend, net, state,
+# verbs, tasks, then daemon/ itself (daemon.c, main.c). A call up, or a module that calls one
+# that calls it back however far round, fails `make check` with the calls behind it.
 # Run by `make check` in the build directory, after the daemon is built.
 set -u
+LAYERS="core backend net state verbs tasks"
+top=${top_srcdir:-$(dirname "$0")/..}
 lib=daemon/.libs/libdlockd.a
 main=daemon/dlockd-main.o
 for f in "$lib" "$main"; do
@@ -26,8 +30,33 @@ if [ "$modules" -lt 10 ] || [ "$edges" -lt 10 ]; then
     echo "check_calls: read only $modules modules and $edges calls: nm's output not understood"
     exit 1
 fi
+# "module rank" from where its .c is (the build directory has the generated ones); proto/, the
+# protocol library linked in, is below them all
+for m in $(cut -d' ' -f1 "$tmp/syms" | sort -u); do
+    rank=0
+    [ -f "$top/proto/$m.c" ] && { echo "$m 0"; continue; }
+    for dir in "$top/daemon" daemon; do
+        [ -f "$dir/$m.c" ] && rank=$(($(echo $LAYERS | wc -w) + 1))
+        i=1
+        for l in $LAYERS; do
+            [ -f "$dir/$l/$m.c" ] && rank=$i
+            i=$((i + 1))
+        done
+        [ "$rank" -gt 0 ] && break
+    done
+    [ "$rank" -gt 0 ] || { echo "check_calls: no daemon/*/$m.c: which layer is $m in?" >&2; exit 1; }
+    echo "$m $rank"
+done >"$tmp/ranks" || exit 1
+up=$(awk 'NR == FNR { rank[$1] = $2; next } rank[$1] < rank[$2] { print "  " $1 " -> " $2 ": " $3 }' \
+    "$tmp/ranks" "$tmp/calls")
+if [ -n "$up" ]; then
+    echo "check_calls: calls from a lower layer to a higher one ($LAYERS, then daemon/):"
+    echo "$up"
+    exit 1
+fi
 if cut -d' ' -f1,2 "$tmp/calls" | sort -u | tsort >/dev/null 2>"$tmp/loop"; then
-    echo "check_calls: $modules modules, $edges calls between them, no cycle"
+    echo "check_calls: $modules modules in $(echo $LAYERS | wc -w) layers and daemon/, $edges calls between them," \
+        "none up, no cycle"
     exit 0
 fi
 # the first loop tsort names, and the calls between its modules

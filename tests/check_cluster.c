@@ -1,4 +1,4 @@
-/* check_cluster.c - daemon/cluster.c: key slots, CLUSTER SLOTS tables and redirects on their own, then the
+/* check_cluster.c - daemon/backend/cluster.c: key slots, CLUSTER SLOTS tables and redirects on their own, then the
  * router against a real 3-master cluster: tables from every seed, commands on the right node, and calls that
  * still succeed through a timeout, a CLUSTER FAILOVER, a slot migration (ASK, then MOVED), a kill -9 of a master
  * and with AUTH. */
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/cluster.h"
-#include "../daemon/dlockd.h"
+#include "cluster.h"
+#include "dlockd.h"
 #include "harness.h"
 
 #define NKEYS 600        /* keys written through the router: some 200 per master */

@@ -1,4 +1,4 @@
-/* check_contract.c - daemon/contract.c against the batch script in a real redis-server: the keys,
+/* check_contract.c - daemon/backend/contract.c against the batch script in a real redis-server: the keys,
  * each operation's ARGV and the decoded replies agree with the Lua side. */
 #include <check.h>
 #include <hiredis/hiredis.h>
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/contract.h"
-#include "../daemon/scripts.h"
+#include "contract.h"
+#include "scripts.h"
 #include "harness.h"
 
 #define PREFIX "t:"

@@ -8,8 +8,8 @@ set -u
 
 top=${top_srcdir:-$(dirname "$0")/..}
 spec=${DLOCKD_SPEC:-$top/../shared/spec/protocol.md}
-cmd_c=$top/daemon/cmd.c
-config_c=$top/daemon/config.c
+cmd_c=$top/daemon/verbs/cmd.c
+config_c=$top/daemon/core/config.c
 proto_h=$top/proto/proto.h
 doc=$top/proto/PROTOCOL.md
 conf=$top/conf/dlockd.conf
@@ -56,14 +56,14 @@ done
 
 verbs=$(sed -n 's/^ *\[VERB_\([A-Z]*\)\] *= *{.*/\1/p' "$cmd_c")
 codes=$(sed -n 's/^ *PROTO_E\([A-Z]*\),.*/\1/p' "$proto_h")
-events=$(grep -ho 'conn_\(event\|broadcast\)([^"]*"[A-Z][A-Z]*' "$top"/daemon/*.c | sed 's/.*"//' | sort -u)
+events=$(grep -ho 'conn_\(event\|broadcast\)([^"]*"[A-Z][A-Z]*' "$top"/daemon/*.c "$top"/daemon/*/*.c | sed 's/.*"//' | sort -u)
 keys=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$config_c")
 live=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*, *LIVE\( *| *SECRET\)\? *},.*/\1/p' "$config_c")
-found "$verbs" "verb (daemon/cmd.c cmds[])"
+found "$verbs" "verb (daemon/verbs/cmd.c cmds[])"
 found "$codes" "error code (proto/proto.h enum proto_err)"
 found "$events" "event (conn_event, conn_broadcast)"
-found "$keys" "config key (daemon/config.c keys[])"
-found "$live" "live config key (daemon/config.c keys[])"
+found "$keys" "config key (daemon/core/config.c keys[])"
+found "$live" "live config key (daemon/core/config.c keys[])"
 
 if [ -r "$spec" ]; then
     has_spec=1
@@ -87,9 +87,9 @@ done
 
 for event in $events; do
     # The reasons the code sends with it: literal, or handed to hold_lost() for LOST.
-    reasons=$(grep -ho "conn_\(event\|broadcast\)([^\"]*\"$event [^\"]*reason=[a-z]*" "$top"/daemon/*.c |
+    reasons=$(grep -ho "conn_\(event\|broadcast\)([^\"]*\"$event [^\"]*reason=[a-z]*" "$top"/daemon/*.c "$top"/daemon/*/*.c |
         sed 's/.*reason=//')
-    [ "$event" = LOST ] && reasons="$reasons $(sed -n 's/.*hold_lost(.*"\([a-z]*\)");.*/\1/p' "$top"/daemon/*.c)"
+    [ "$event" = LOST ] && reasons="$reasons $(sed -n 's/.*hold_lost(.*"\([a-z]*\)");.*/\1/p' "$top"/daemon/*.c "$top"/daemon/*/*.c)"
     line=$(grep -E "^    \* $event( |\$)" "$doc")
     check "event $event is not in section 6 of PROTOCOL.md" test -n "$line"
     for r in $reasons; do
@@ -124,6 +124,24 @@ for key in $keys; do
     check "config key $key: wrong in the reload list of PROTOCOL.md" in_list "$key" "$doc_live" $is_live
     check "config key $key: wrong in the live keys of README.md" in_list "$key" "$readme_live" $is_live
     check "config key $key: wrong in the restart keys of README.md" in_list "$key" "$readme_restart" $((1 - is_live))
+done
+
+# README's Layout names every source file of daemon/ under its folder ("  core/", then the files
+# indented below it), and no file that is not there.
+layout=$(awk '/^## Layout/ { on = 1 } on && /^```/ { n++; if (n == 2) exit; next } on && n == 1' "$readme" |
+    awk '/^daemon\/ / { in_d = 1; dir = ""; next } /^[^ ]/ { in_d = 0 } !in_d { next }
+         /^  [a-z]+\/ / { sub(/\/.*/, "", $1); dir = $1 "/"; next }
+         /^  [^ ]/ { dir = "" }
+         { for (i = 1; i <= NF; i++) if ($i ~ /^[a-z0-9_]+\.[ch]$/) print dir $i; else if (i > 1) break }' | sort -u)
+tree=$(cd "$top/daemon" && ls *.c *.h */*.c */*.h 2>/dev/null | grep -v '^backend/scripts\.c$' | sort -u)
+found "$tree" "source file under daemon/"
+for f in $tree; do
+    # a .h beside its .c may go unnamed
+    case $f in *.h) [ -e "$top/daemon/${f%.h}.c" ] && continue ;; esac
+    check "README's Layout does not name daemon/$f" sh -c 'printf "%s\n" "$1" | grep -qx "$2"' _ "$layout" "$f"
+done
+for f in $layout; do
+    check "README's Layout names daemon/$f, which is not there" test -e "$top/daemon/$f"
 done
 
 echo "check_docs: $passed passed, $failed failed"

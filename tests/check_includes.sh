@@ -10,11 +10,12 @@ top=${top_srcdir:-$(dirname "$0")/..}
 edges=$(mktemp)
 trap 'rm -f "$edges"' EXIT
 
-for f in "$top"/daemon/*.c "$top"/daemon/*.h; do
+headers=$(cd "$top/daemon" && ls *.h */*.h | sed 's#.*/##')
+for f in "$top"/daemon/*.[ch] "$top"/daemon/*/*.[ch]; do
     a=$(basename "$f")
     a=${a%.*}
     sed -n 's/^#include "\([A-Za-z0-9_]*\)\.h".*/\1/p' "$f" | while read -r b; do
-        [ "$b" != "$a" ] && [ -e "$top/daemon/$b.h" ] && echo "$a $b"
+        [ "$b" != "$a" ] && echo "$headers" | grep -qx "$b.h" && echo "$a $b"
     done
 done | sort -u > "$edges"
 

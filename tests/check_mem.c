@@ -1,11 +1,11 @@
-/* check_mem.c - unit tests of daemon/mem.c: size classes, reuse of freed
+/* check_mem.c - unit tests of daemon/core/mem.c: size classes, reuse of freed
  * objects, blocks unmapped when empty, large objects from the heap. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/mem.h"
+#include "mem.h"
 
 #define N 5000 /* objects of 100 bytes: several 64 KiB blocks */
 
