@@ -55,7 +55,7 @@ export DLOCK_ADDR="unix:$tmp/dlockd.sock"
 unset DLOCK_PASSWORD DLOCK_ADMINPASS
 wait_until 5000 "$DLOCK" ping || { echo "dlockd did not start"; tail "$tmp/dlockd.log"; exit 1; }
 
-keys0=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$top/daemon/core/config.c")
+keys0=$(sed -n 's/^ *K("\([a-z-]*\)", *[A-Z_]*, .*/\1/p' "$top/daemon/core/config.h")
 # held NAME: someone holds NAME.
 held() { "$DLOCK" status "$1" | grep -q ' [1-9][0-9]* holders\?,'; }
 # unheld NAME...: nobody holds any of them.
@@ -365,14 +365,14 @@ check "CMD did not run" test ! -e "$tmp/rs-ran"
 
 "$DLOCKD" --help >"$tmp/help" 2>"$tmp/err"; status_is "dlockd --help" 0 $?
 check "on stdout only" test -s "$tmp/help" -a ! -s "$tmp/err"
-sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_[A-Z_]*, *FIELD([a-z_]*), *\("[^"]*"\|NULL\).*/\1 \2/p' "$top/daemon/core/config.c" |
+sed -n 's/^ *K("\([a-z-]*\)", *[A-Z_]*, *[a-z_]*, *\("[^"]*"\|NULL\).*/\1 \2/p' "$top/daemon/core/config.h" |
 while read -r key deflt; do
     deflt=$(echo "$deflt" | tr -d '"')
     [ "$deflt" = NULL ] || [ -z "$deflt" ] && deflt="(none)"
     if grep -q "^  $key  *default $deflt " "$tmp/help"; then echo "ok - --help lists $key ($deflt)"; else echo "FAIL - --help lists $key ($deflt)"; echo x >>"$tmp/help-fail"; fi
 done
 check "--help lists every key with its default" test ! -e "$tmp/help-fail"
-check "--help lists the keys of daemon/core/config.c" test "$(grep -c ' default ' "$tmp/help")" -eq "$(echo "$keys0" | wc -w)"
+check "--help lists the keys of daemon/core/config.h" test "$(grep -c ' default ' "$tmp/help")" -eq "$(echo "$keys0" | wc -w)"
 
 # ---------------------------------------------------------------- man pages
 
@@ -381,8 +381,8 @@ for page in dlockd.8 dlockd.conf.5 dlock.1 libdlock.3; do
     check "man/$page.in has a title and NAME" sh -c "grep -q '^\.TH ' '$src' && grep -q '^\.SH NAME' '$src'"
     check "man/$page is built" test -s "$build/man/$page"
 done
-keys=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$top/daemon/core/config.c")
-check "config keys found in daemon/core/config.c" test -n "$keys"
+keys=$(sed -n 's/^ *K("\([a-z-]*\)", *[A-Z_]*, .*/\1/p' "$top/daemon/core/config.h")
+check "config keys found in daemon/core/config.h" test -n "$keys"
 for key in $keys; do
     roff=$(echo "$key" | sed 's/-/\\\\-/g')
     check "dlockd.conf(5) documents $key" grep -q "^\.BI $roff " "$top/man/dlockd.conf.5.in"

@@ -9,7 +9,7 @@ set -u
 top=${top_srcdir:-$(dirname "$0")/..}
 spec=${DLOCKD_SPEC:-$top/../shared/spec/protocol.md}
 cmd_c=$top/daemon/verbs/cmd.c
-config_c=$top/daemon/core/config.c
+config_h=$top/daemon/core/config.h
 proto_h=$top/proto/proto.h
 doc=$top/proto/PROTOCOL.md
 conf=$top/conf/dlockd.conf
@@ -50,20 +50,20 @@ man_entry() {
     awk -v k="$k" '$1 == ".BI" && $2 == k { on = 1; next } on && /^\.(TP|SS|SH)/ { exit } on' "$man5"
 }
 
-for f in "$cmd_c" "$config_c" "$proto_h" "$doc" "$conf" "$man8" "$man5" "$readme"; do
+for f in "$cmd_c" "$config_h" "$proto_h" "$doc" "$conf" "$man8" "$man5" "$readme"; do
     check "$f is missing" test -r "$f"
 done
 
 verbs=$(sed -n 's/^ *\[VERB_\([A-Z]*\)\] *= *{.*/\1/p' "$cmd_c")
 codes=$(sed -n 's/^ *PROTO_E\([A-Z]*\),.*/\1/p' "$proto_h")
 events=$(grep -ho 'conn_\(event\|broadcast\)([^"]*"[A-Z][A-Z]*' "$top"/daemon/*.c "$top"/daemon/*/*.c | sed 's/.*"//' | sort -u)
-keys=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*/\1/p' "$config_c")
-live=$(sed -n 's/^ *{ *"\([a-z-]*\)", *CONF_.*, *LIVE\( *| *SECRET\)\? *},.*/\1/p' "$config_c")
+keys=$(sed -n 's/^ *K("\([a-z-]*\)", *[A-Z_]*, .*/\1/p' "$config_h")
+live=$(sed -n 's/^ *K("\([a-z-]*\)", *[A-Z_]*, .*, *LIVE\( *| *SECRET\)\? *).*/\1/p' "$config_h")
 found "$verbs" "verb (daemon/verbs/cmd.c cmds[])"
 found "$codes" "error code (proto/proto.h enum proto_err)"
 found "$events" "event (conn_event, conn_broadcast)"
-found "$keys" "config key (daemon/core/config.c keys[])"
-found "$live" "live config key (daemon/core/config.c keys[])"
+found "$keys" "config key (daemon/core/config.h CONFIG_KEYS)"
+found "$live" "live config key (daemon/core/config.h CONFIG_KEYS)"
 
 if [ -r "$spec" ]; then
     has_spec=1

@@ -28,56 +28,103 @@ struct addr_list {
     int given;      /* 1 once a line replaced the default */
 };
 
+/*
+ * Every config key, a row each, in the order --help lists them: its name,
+ * type (CONF_<type> in config.c; the C type of its field follows from it),
+ * field of struct config, default (NULL: none), bounds of a number, and
+ * LIVE (SIGHUP applies it) or RESTART, with SECRET (its value is never
+ * shown). A key is added here alone; make check then asks for it in
+ * conf/dlockd.conf, PROTOCOL.md and dlockd.conf(5).
+ */
+#define CONFIG_KEYS(K) \
+    K("listen", ADDR_LIST, listen, "127.0.0.1:7411", 0, 0, RESTART) /* client listeners */ \
+    K("redis", ADDR, redis, "127.0.0.1:6379", 0, 0, RESTART) /* the Redis server, unless sentinels name it */ \
+    K("redis-password", STR, redis_password, NULL, 0, 0, RESTART | SECRET) /* AUTH to Redis, or NULL */ \
+    K("redis-user", STR, redis_user, NULL, 0, 0, RESTART) /* ACL user for AUTH (Redis 6+), or NULL */ \
+    /* Redis Sentinels that name the master; none: use redis */ \
+    K("sentinel", ADDR_LIST, sentinels, NULL, 0, 0, RESTART) \
+    /* Redis Cluster seeds (any nodes); none: use redis or the sentinels */ \
+    K("cluster", ADDR_LIST, cluster, NULL, 0, 0, RESTART) \
+    /* the master's name at the sentinels, or NULL */ \
+    K("sentinel-master", STR, sentinel_master, NULL, 0, 0, RESTART) \
+    /* AUTH to the sentinels, or NULL */ \
+    K("sentinel-password", STR, sentinel_password, NULL, 0, 0, RESTART | SECRET) \
+    K("key-prefix", STR, key_prefix, "dlock:", 0, 0, RESTART) /* prefix of every key and channel */ \
+    K("session-ttl", DURATION, session_ttl, "10s", 100, DMAX, LIVE) \
+    K("session-ttl-min", DURATION, session_ttl_min, "1s", 100, DMAX, LIVE) \
+    K("session-ttl-max", DURATION, session_ttl_max, "1h", 100, DMAX, LIVE) \
+    K("lock-lease", DURATION, lock_lease, "30s", 300, DMAX, RESTART) /* ms: Redis-side lease of every hold */ \
+    K("lock-delay", DURATION, lock_delay, "0", 0, DMAX, LIVE) /* ms an expired session's holds stay unavailable */ \
+    /* ms without grants after a failover; 0: one lock-lease */ \
+    K("failover-delay", DURATION, failover_delay, "0", 0, DMAX, LIVE) \
+    K("backend-timeout", DURATION, backend_timeout, "2s", 10, DMAX, LIVE) \
+    /* replicas WAIT must confirm a grant on before it is answered; 0: none */ \
+    K("min-replicas-ack", INT, min_replicas_ack, "0", 0, CONFIG_MAX_REPLICAS_ACK, LIVE) \
+    K("requirepass", STR, requirepass, NULL, 0, 0, LIVE | SECRET) /* client password, or NULL */ \
+    /* password of the operator verbs (it also satisfies requirepass), or NULL */ \
+    K("adminpass", STR, adminpass, NULL, 0, 0, LIVE | SECRET) \
+    /* 1: no non-loopback listener without requirepass */ \
+    K("protected-mode", BOOL, protected_mode, "yes", 0, 1, RESTART) \
+    /* ms an unauthenticated connection may stay */ \
+    K("auth-timeout", DURATION, auth_timeout, "10s", 100, DMAX, LIVE) \
+    /* ms before a wrong password is answered */ \
+    K("auth-fail-delay", DURATION, auth_fail_delay, "500ms", 0, 60000, LIVE) \
+    K("preauth-max-line", INT, preauth_max_line, "512", 64, 1048576, LIVE) /* bytes per line before AUTH */ \
+    K("maxclients", INT, maxclients, "10000", 1, 1000000, LIVE) \
+    K("max-line", INT, max_line, "4096", 64, 1048576, LIVE) /* bytes, with terminator */ \
+    /* bytes of unsent replies before a connection is cut */ \
+    K("client-output-limit", INT, client_output_limit, "1048576", 4096, 1LL << 32, LIVE) \
+    K("max-waiters", INT, max_waiters, "100000", 0, 100000000, LIVE) /* waiting requests on this daemon */ \
+    K("max-holds", INT, max_holds, "10000", 1, 100000000, LIVE) /* holds per session */ \
+    /* holds of all sessions on this daemon */ \
+    K("max-holds-total", INT, max_holds_total, "1000000", 1, 100000000, LIVE) \
+    K("max-waits", INT, max_waits, "4096", 0, 100000000, LIVE) /* waits per session: LOCK, ACQUIRE and AWAIT */ \
+    /* untagged lines waiting their turn, per connection */ \
+    K("max-queued", INT, max_queued, "1000", 1, 1000000, LIVE) \
+    /* requests being served at once, per connection */ \
+    K("max-inflight", INT, max_inflight, "8192", 1, 1000000, LIVE) \
+    /* requests held on this daemon: served, queued, behind the gate */ \
+    K("max-requests", INT, max_requests, "100000", 1, 100000000, LIVE) \
+    /* STATUS, LIST and SESSIONS served at once on this daemon */ \
+    K("max-reads", INT, max_reads, "256", 1, 1000000, LIVE) \
+    /* the same per client (connection, so session); the rest wait in turn */ \
+    K("max-reads-client", INT, max_reads_client, "16", 1, 1000000, LIVE) \
+    /* ms an operation may wait in dlockd to be sent (behind the failover gate) */ \
+    K("gate-wait", DURATION, gate_wait, "3s", 10, DMAX, LIVE) \
+    K("max-latches", INT, max_latches, "10000", 0, 100000000, LIVE) /* latches a session created that still live */ \
+    /* latches created through this daemon that still live */ \
+    K("max-latches-total", INT, max_latches_total, "100000", 0, 100000000, LIVE) \
+    /* of those, created from one client address, whatever session */ \
+    K("max-latches-per-peer", INT, max_latches_per_peer, "10000", 0, 100000000, LIVE) \
+    /* ms a latch may live at most */ \
+    K("latch-ttl-max", DURATION, latch_ttl_max, "168h", 1000, 168LL * 3600 * 1000, LIVE) \
+    K("max-ids", INT, max_ids, "1000", 0, 1000000, LIVE) /* id= replies remembered per session */ \
+    K("max-ids-total", INT, max_ids_total, "100000", 0, 100000000, LIVE) /* id= replies remembered on this daemon */ \
+    K("unixsocket-perm", OCTAL, unixsocket_perm, "0660", 0, 0777, RESTART) /* mode of unix listen sockets */ \
+    K("admin-listen", OPT_ADDR, admin, "", 0, 0, RESTART) /* HTTP admin endpoint; admin_on 0: none */ \
+    /* connections to the admin endpoint at once; more are answered 503 */ \
+    K("admin-maxclients", INT, admin_maxclients, "16", 1, 1024, LIVE) \
+    K("log-level", LEVEL, log_level, "info", 0, 0, LIVE) \
+    K("log-target", TARGET, log_syslog, "stderr", 0, 0, LIVE) /* 1: log to syslog instead of stderr */
+
+/* The C type of a key's field, by its type. */
+#define CONFIG_CTYPE_ADDR struct addr
+#define CONFIG_CTYPE_ADDR_LIST struct addr_list
+#define CONFIG_CTYPE_OPT_ADDR struct addr
+#define CONFIG_CTYPE_STR char *
+#define CONFIG_CTYPE_DURATION int64_t /* ms */
+#define CONFIG_CTYPE_INT int64_t
+#define CONFIG_CTYPE_OCTAL int64_t
+#define CONFIG_CTYPE_BOOL int64_t
+#define CONFIG_CTYPE_LEVEL enum log_level
+#define CONFIG_CTYPE_TARGET int /* 1: syslog */
+
 struct config {
-    struct addr_list listen;  /* client listeners */
-    struct addr redis;        /* the Redis server, unless sentinels name it */
-    struct addr_list sentinels; /* Redis Sentinels that name the master; none: use redis */
-    struct addr_list cluster;  /* Redis Cluster seeds (any nodes); none: use redis or the sentinels */
-    int redis_given;           /* the redis key was set, not defaulted */
-    char *sentinel_master;    /* the master's name at the sentinels, or NULL */
-    char *sentinel_password;  /* AUTH to the sentinels, or NULL */
-    char *redis_password;     /* AUTH to Redis, or NULL */
-    char *redis_user;         /* ACL user for AUTH (Redis 6+), or NULL */
-    char *key_prefix;         /* prefix of every key and channel */
-    int64_t session_ttl;      /* ms */
-    int64_t session_ttl_min;  /* ms */
-    int64_t session_ttl_max;  /* ms */
-    int64_t lock_lease;       /* ms: Redis-side lease of every hold */
-    int64_t lock_delay;       /* ms an expired session's holds stay unavailable */
-    int64_t failover_delay;   /* ms without grants after a failover; 0: one lock-lease */
-    int64_t backend_timeout;  /* ms */
-    int64_t min_replicas_ack; /* replicas WAIT must confirm a grant on before it is answered; 0: none */
-    char *requirepass;        /* client password, or NULL */
-    char *adminpass;          /* password of the operator verbs (it also satisfies requirepass), or NULL */
-    int64_t maxclients;
-    int64_t max_line;         /* bytes, with terminator */
-    int64_t max_waiters;      /* waiting requests on this daemon */
-    int64_t max_holds;        /* holds per session */
-    int64_t max_holds_total;  /* holds of all sessions on this daemon */
-    int64_t max_waits;        /* waits per session: LOCK, ACQUIRE and AWAIT */
-    int64_t max_queued;       /* untagged lines waiting their turn, per connection */
-    int64_t max_inflight;     /* requests being served at once, per connection */
-    int64_t max_requests;     /* requests held on this daemon: served, queued, behind the gate */
-    int64_t max_reads;        /* STATUS, LIST and SESSIONS served at once on this daemon */
-    int64_t max_reads_client; /* the same per client (connection, so session); the rest wait in turn */
-    int64_t gate_wait;        /* ms an operation may wait in dlockd to be sent (behind the failover gate) */
-    int64_t max_latches;      /* latches a session created that still live */
-    int64_t max_latches_total; /* latches created through this daemon that still live */
-    int64_t max_latches_per_peer; /* of those, created from one client address, whatever session */
-    int64_t latch_ttl_max;    /* ms a latch may live at most */
-    int64_t max_ids;          /* id= replies remembered per session */
-    int64_t max_ids_total;    /* id= replies remembered on this daemon */
-    enum log_level log_level;
-    int log_syslog;           /* 1: log to syslog instead of stderr */
-    struct addr admin;        /* HTTP admin endpoint; admin_on 0: none */
-    int admin_on;
-    int64_t admin_maxclients; /* connections to the admin endpoint at once; more are answered 503 */
-    int64_t protected_mode;   /* 1: no non-loopback listener without requirepass */
-    int64_t unixsocket_perm;  /* mode of unix listen sockets */
-    int64_t auth_timeout;     /* ms an unauthenticated connection may stay */
-    int64_t auth_fail_delay;  /* ms before a wrong password is answered */
-    int64_t preauth_max_line; /* bytes per line before AUTH */
-    int64_t client_output_limit; /* bytes of unsent replies before a connection is cut */
+#define CONFIG_FIELD(name, type, field, deflt, min, max, flags) CONFIG_CTYPE_##type field;
+    CONFIG_KEYS(CONFIG_FIELD)
+#undef CONFIG_FIELD
+    int redis_given;          /* the redis key was set, not defaulted */
+    int admin_on;             /* admin-listen names an address */
     char *file;               /* the config file, for reloads; NULL for none */
 };
 

@@ -37,8 +37,7 @@ end
 if mode == 'p' then
     add_used(s, count)
 end
-redis.call('HSET', s.h, hid, hold_encode({ count = num(count), token = token, since = NOW_S, lease = lease,
-                                           bounded = bounded, daemon = DAEMON, wid = '-', client = client }))
+redis.call('HSET', s.h, hid, new_hold(count, token, lease, bounded, DAEMON, '-', client))
 redis.call('ZADD', s.x, at(NOW + ttl), hid)
 local last = redis.call('GET', s.t)
 if not last or tonumber(last) < tonumber(token) then
