@@ -4,8 +4,11 @@
 # instructions (valgrind --tool=callgrind), its system calls (strace -c -f) and Redis
 # commands and script calls (INFO commandstats), at log-level notice and info. Each run
 # starts a private redis-server and dlockd on free loopback ports and drives them with
-# dlock-bench (sessions opened with HELLO). Prints one table; exits non-zero when a tool is
-# missing or a run failed.
+# dlock-bench (sessions opened with HELLO). Each figure is a difference between a run of 1 s and
+# one of COUNTS_SECONDS, divided by the difference in pairs: what dlockd costs per pair once it
+# runs, without its start, the opening of the connections and its exit, which a run of a few
+# thousand pairs would otherwise spread over them. Prints one table; exits non-zero when a tool
+# is missing or a run failed.
 #
 # Environment (set by bench/Makefile.inc): BENCH_BIN, DLOCKD_BIN, REDIS_SERVER.
 # COUNTS_CONNS: the connection counts (default "1 50"); COUNTS_SECONDS: seconds per run
@@ -48,10 +51,10 @@ stat() {
         sed -n "s/^cmdstat_$1:calls=\([0-9]*\).*/\1/p" | awk '{ n += $1 } END { print n + 0 }'
 }
 
-# run TOOL LEVEL CONNS: one run of dlockd under TOOL (callgrind or strace) at log-level
-# LEVEL with CONNS connections; prints "pairs figure cmds scripts".
+# run TOOL LEVEL CONNS SECS: one run of dlockd under TOOL (callgrind or strace) at log-level
+# LEVEL with CONNS connections for SECS seconds; prints "pairs figure cmds scripts".
 run() {
-    local tool=$1 level=$2 conns=$3 out=$tmp/$1.$2.$3 tpid pairs figure before_all before_eval all eval
+    local tool=$1 level=$2 conns=$3 run_secs=$4 out=$tmp/$1.$2.$3.$4 tpid pairs figure before_all before_eval all eval
     rport=$(free_port)
     dport=$(free_port)
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
@@ -72,7 +75,7 @@ run() {
         sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\).*/\1/p' | awk '{ n += $1 } END { print n + 0 }')
     before_eval=$(( $(stat evalsha) + $(stat fcall) + $(stat eval) ))
     "$BENCH_BIN" --scenario pairs --target dlockd --dlockd "127.0.0.1:$dport" --redis "127.0.0.1:$rport" \
-        --conns "$conns" --duration "$secs" --warmup 0 >"$out.res" 2>&1 || { cat "$out.res" >&2; return 1; }
+        --conns "$conns" --duration "$run_secs" --warmup 0 >"$out.res" 2>&1 || { cat "$out.res" >&2; return 1; }
     all=$(redis-cli -p "$rport" info commandstats | tr -d '\r' |
         sed -n 's/^cmdstat_[^:]*:calls=\([0-9]*\).*/\1/p' | awk '{ n += $1 } END { print n + 0 }')
     eval=$(( $(stat evalsha) + $(stat fcall) + $(stat eval) ))
@@ -92,16 +95,20 @@ run() {
     echo "$pairs $figure $((all - before_all)) $((eval - before_eval))"
 }
 
-printf '| conns | log-level | pairs (callgrind) | instructions/pair | pairs (strace) | system calls/pair | Redis commands/pair | script calls/pair |\n'
+printf '| conns | log-level | pairs (callgrind, more) | instructions/pair | pairs (strace, more) | system calls/pair | Redis commands/pair | script calls/pair |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
 status=0
 for conns in $conns_list; do
     for level in notice info; do
-        cg=$(run callgrind "$level" "$conns") || { status=1; continue; }
-        st=$(run strace "$level" "$conns") || { status=1; continue; }
+        cg0=$(run callgrind "$level" "$conns" 1) && cg=$(run callgrind "$level" "$conns" "$secs") &&
+            st0=$(run strace "$level" "$conns" 1) && st=$(run strace "$level" "$conns" "$secs") || { status=1; continue; }
+        read -r cp0 ci0 _ _ <<<"$cg0"
         read -r cp ci _ _ <<<"$cg"
+        read -r sp0 sc0 cmds0 scripts0 <<<"$st0"
         read -r sp sc cmds scripts <<<"$st"
-        awk -v c="$conns" -v l="$level" -v cp="$cp" -v ci="$ci" -v sp="$sp" -v sc="$sc" -v cm="$cmds" -v sr="$scripts" \
+        [ "$cp" -gt "$cp0" ] && [ "$sp" -gt "$sp0" ] || { say "$conns conns, $level: no more pairs in $secs s than in 1 s"; status=1; continue; }
+        awk -v c="$conns" -v l="$level" -v cp=$((cp - cp0)) -v ci=$((ci - ci0)) -v sp=$((sp - sp0)) -v sc=$((sc - sc0)) \
+            -v cm=$((cmds - cmds0)) -v sr=$((scripts - scripts0)) \
             'BEGIN { printf "| %d | %s | %d | %.1fk | %d | %.1f | %.1f | %.2f |\n", c, l, cp, ci / cp / 1000, sp, sc / sp, cm / sp, sr / sp }'
     done
 done
