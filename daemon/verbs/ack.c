@@ -4,7 +4,8 @@
  * them in that order, so a SET it applies after a grant, followed by WAIT
  * on the same connection, confirms the grant, whichever connection wrote
  * it: one round serves every answer held when it starts, and those that
- * come meanwhile wait for the next. */
+ * come meanwhile wait for the next. A master that fails the round fails
+ * only the answers whose grants went to it. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ struct held {
     long long k;               /* counts granted on each name */
     int nnames;
     int in_round;              /* in the round in flight, not the next */
+    uint32_t nodes;            /* of the round: the masters its grant went to, a bit each */
     TAILQ_ENTRY(held) link;
     const char *v[];           /* nnames names, then nnames tokens; then the strings */
 };
@@ -46,7 +48,9 @@ struct ack {
     uint64_t seq;              /* rounds sent: the value of the keys */
     long long want;            /* replicas the round in flight asks for */
     uint64_t routing;          /* redis_routing when the round in flight started */
-    char why[200];             /* why the round in flight fails; "" while it may succeed */
+    char why[200];             /* why the round in flight fails for all; "" while it may succeed */
+    uint32_t failed;           /* the masters that failed it, a bit each */
+    char node_why[200];        /* why the first of them did */
     int tags_known;            /* tag[] was found once */
     uint64_t tags_routing;     /* redis_routing tag[] was found for */
     int tag[REDIS_NODES_MAX];  /* per node, the k of a key P{ID.k}:ack it serves; -1: none */
@@ -149,10 +153,12 @@ static void round_end(struct dlockd *d, const char *why)
     struct held *e;
 
     while ((e = TAILQ_FIRST(&a->round)) != NULL) {
+        const char *fail = why ? why : (e->nodes & a->failed) ? a->node_why : NULL;
+
         held_remove(a, e);
-        if (why == NULL && still_held(d, e)) {
+        if (fail == NULL && still_held(d, e)) {
             req_send(e->r, e->body);
-        } else if (why == NULL) {
+        } else if (fail == NULL) {
             /* Its OK would name a hold that is gone, maybe someone else's now. */
             d->stats.timeouts++;
             undo(d, e, "ended");
@@ -160,7 +166,7 @@ static void round_end(struct dlockd *d, const char *why)
         } else {
             d->stats.ack_refused++;
             undo(d, e, "replicas");
-            req_err(e->r, PROTO_EBACKEND, "%s", why);
+            req_err(e->r, PROTO_EBACKEND, "%s", fail);
         }
         free(e);
     }
@@ -171,6 +177,14 @@ static void round_fail(struct ack *a, const char *why)
 {
     if (a->why[0] == '\0')
         snprintf(a->why, sizeof(a->why), "%s", why);
+}
+
+/* Marks the round failed for the answers whose grants went to node. */
+static void node_fail(struct ack *a, int node, const char *why)
+{
+    if (a->failed == 0)
+        snprintf(a->node_why, sizeof(a->node_why), "%s", why);
+    a->failed |= 1u << node;
 }
 
 /* One call of the round in flight was answered: the last one ends the round and starts the next. */
@@ -188,9 +202,8 @@ static void round_answered(struct dlockd *d)
 
 static void on_written(struct dlockd *d, redisReply *r, void *arg)
 {
-    (void)arg;
     if (r == NULL || r->type != REDIS_REPLY_STATUS)
-        round_fail(d->ack, "Redis did not confirm the grant to its replicas in time; it is undone");
+        node_fail(d->ack, (int)(intptr_t)arg, "Redis did not confirm the grant to its replicas in time; it is undone");
     round_answered(d);
 }
 
@@ -199,13 +212,12 @@ static void on_waited(struct dlockd *d, redisReply *r, void *arg)
     struct ack *a = d->ack;
     char why[160];
 
-    (void)arg;
     if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        round_fail(a, "Redis did not confirm the grant to its replicas in time; it is undone");
+        node_fail(a, (int)(intptr_t)arg, "Redis did not confirm the grant to its replicas in time; it is undone");
     } else if (r->integer < a->want) {
         snprintf(why, sizeof(why), "only %lld of %lld replicas confirmed the grant (min-replicas-ack); it is undone",
                  r->integer, a->want);
-        round_fail(a, why);
+        node_fail(a, (int)(intptr_t)arg, why);
     }
     round_answered(d);
 }
@@ -248,25 +260,20 @@ static void tags_find(struct dlockd *d, struct ack *a)
     }
 }
 
-/* The nodes the grants of the round went to, as a bit each; all of them when that is not sure. */
-static uint32_t round_nodes(struct dlockd *d, const struct ack *a)
+/* The nodes e's grant went to, as a bit each; all of them when that is not sure. */
+static uint32_t held_nodes(struct dlockd *d, const struct held *e)
 {
     int n = redis_nodes(d->redis), node;
     uint32_t all = n >= 32 ? UINT32_MAX : (1u << n) - 1, nodes = 0;
     char key[CONTRACT_KEY_MAX];
-    const struct held *e;
 
-    if (!redis_routing_settled(d->redis))
+    if (!redis_routing_settled(d->redis) || e->nnames == 0)
         return all;
-    TAILQ_FOREACH(e, &a->round, link) {
-        if (e->nnames == 0)
+    for (int i = 0; i < e->nnames; i++) {
+        contract_key(key, sizeof(key), d->cfg.key_prefix, e->v[i], 'x');
+        if ((node = redis_node_of(d->redis, redis_slot(d->redis, key))) < 0)
             return all;
-        for (int i = 0; i < e->nnames; i++) {
-            contract_key(key, sizeof(key), d->cfg.key_prefix, e->v[i], 'x');
-            if ((node = redis_node_of(d->redis, redis_slot(d->redis, key))) < 0)
-                return all;
-            nodes |= 1u << node;
-        }
+        nodes |= 1u << node;
     }
     return nodes;
 }
@@ -278,20 +285,20 @@ static void node_send(struct dlockd *d, struct ack *a, int node)
     const char *set[] = { "SET", key, seq, "PX", ACK_KEY_TTL }, *wait[] = { "WAIT", n, ms };
 
     if (a->tag[node] < 0) {
-        round_fail(a, "no key of this daemon lives on one of the Redis Cluster masters; the grant is undone");
+        node_fail(a, node, "no key of this daemon lives on one of the Redis Cluster masters; the grant is undone");
         return;
     }
     tag_key(d, a->tag[node], key, sizeof(key));
     snprintf(seq, sizeof(seq), "%" PRIu64, a->seq);
     snprintf(n, sizeof(n), "%lld", a->want);
     snprintf(ms, sizeof(ms), "%lld", wait_ms(d));
-    if (redis_command(d->redis, node, 5, set, on_written, NULL)) {
-        round_fail(a, redis_unavailable(d->redis));
+    if (redis_command(d->redis, node, 5, set, on_written, (void *)(intptr_t)node)) {
+        node_fail(a, node, redis_unavailable(d->redis));
         return;
     }
     a->pending++;
-    if (redis_command(d->redis, node, 3, wait, on_waited, NULL)) {
-        round_fail(a, redis_unavailable(d->redis));
+    if (redis_command(d->redis, node, 3, wait, on_waited, (void *)(intptr_t)node)) {
+        node_fail(a, node, redis_unavailable(d->redis));
         return;
     }
     a->pending++;
@@ -309,18 +316,22 @@ static void round_start(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (a->pending || TAILQ_EMPTY(&a->next))
         return;
-    TAILQ_FOREACH(e, &a->next, link)
+    nodes = 0;
+    TAILQ_FOREACH(e, &a->next, link) {
         e->in_round = 1;
+        e->nodes = held_nodes(d, e);
+        nodes |= e->nodes;
+    }
     TAILQ_CONCAT(&a->round, &a->next, link);
     a->want = d->cfg.min_replicas_ack;
     a->routing = redis_routing(d->redis);
     a->why[0] = '\0';
+    a->failed = 0;
     a->seq++;
     d->stats.ack_rounds++;
-    nodes = round_nodes(d, a);
     tags_find(d, a);
     a->pending = 1; /* so that no answer ends the round while it is sent */
-    for (int node = 0; node < redis_nodes(d->redis) && a->why[0] == '\0'; node++)
+    for (int node = 0; node < redis_nodes(d->redis); node++)
         if (nodes & (1u << node))
             node_send(d, a, node);
     round_answered(d);
