@@ -31,11 +31,17 @@
 #include "share.h"
 #include "wait.h"
 
-static void session_ending(struct session *s, int expired)
+static void session_forget(struct session *s);
+
+static void session_ending(struct session *s, enum session_end why)
 {
+    if (why == SESSION_FORGOTTEN) {
+        session_forget(s);
+        return;
+    }
     reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);
-    hold_release_session(s, expired);
+    hold_release_session(s, why == SESSION_EXPIRED);
     record_delete(s);
 }
 
@@ -233,16 +239,24 @@ static void on_message(struct dlockd *d, int latch, const char *msg)
     }
 }
 
+/* A request ended: with its answer (sent), its id= remembers it for a repeat, unless the answer is
+ * ERR BACKEND, which changed nothing (or is undone): then, as unanswered, its repeats run again. */
+static void request_ended(struct req *r, const char *body)
+{
+    if (r->idrec && body && strncmp(body, "ERR BACKEND", 11) != 0)
+        reqid_answered(r, body);
+    else if (r->idrec)
+        reqid_dropped(r);
+    share_end(r);
+}
+
 static const struct hooks hooks = {
     .session_ending = session_ending,
-    .session_forget = session_forget,
     .session_left = conn_session_ended,
     .session_quit = session_quit,
     .dispatch = cmd_dispatch,
     .run = cmd_run,
-    .answered = reqid_answered,
-    .dropped = reqid_dropped,
-    .ended = share_end,
+    .ended = request_ended,
     .hold_ended = hold_ended,
     .each_index = each_index,
     .check_moved = check_moved,

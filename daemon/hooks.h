@@ -8,16 +8,19 @@ struct dlockd;
 struct req;
 struct session;
 
+/* Why a session ends: the event that goes up when it does. */
+enum session_end { SESSION_QUIT, SESSION_EXPIRED, SESSION_FORGOTTEN /* here only: shutdown */ };
+
 struct hooks {
-    void (*session_ending)(struct session *s, int expired); /* drop its repeats and waits, release its holds */
-    void (*session_forget)(struct session *s);              /* the same, here only, Redis untold (shutdown) */
+    /* drop its repeats and waits, release its holds (SESSION_FORGOTTEN: here only, Redis untold) */
+    void (*session_ending)(struct session *s, enum session_end why);
     void (*session_left)(struct conn *c, int expired);      /* c's session ended under it */
     void (*session_quit)(struct session *s, struct req *r); /* end s for its QUIT r; conn_quit_answer r */
     void (*dispatch)(struct req *r);                        /* a request line arrived: check and run it */
     void (*run)(struct req *r);                             /* run a request checked before */
-    void (*answered)(struct req *r, const char *body);      /* r is answered body: remember it for its id= */
-    void (*dropped)(struct req *r);                         /* r ends unanswered: its id= repeats go on */
-    void (*ended)(struct req *r);                           /* r ends, answered or not: a read frees its turn */
+    /* r ends, answered body (then sent) or unanswered (NULL): its id= is remembered or its repeats go
+     * on, and a read frees its turn */
+    void (*ended)(struct req *r, const char *body);
     /* a hold here ended: unindex it; dropped is its token when Redis unindexed it with its release, else NULL */
     void (*hold_ended)(struct session *s, const char *hid, const char *name, const char *dropped);
     void (*each_index)(struct session *s, void (*fn)(const char *hid, const char *name, const char *token, void *arg),

@@ -191,14 +191,12 @@ static void req_count_down(struct dlockd *d)
     }
 }
 
-static void req_end(struct req *r)
+static void req_end(struct req *r, const char *body)
 {
     struct conn *c = r->c;
     struct dlockd *d = r->d;
 
-    if (r->idrec)
-        r->d->hooks->dropped(r);
-    r->d->hooks->ended(r);
+    r->d->hooks->ended(r, body);
     if (c) {
         TAILQ_REMOVE(&c->running, r, link);
         c->nrunning--;
@@ -334,14 +332,9 @@ void req_send(struct req *r, const char *body)
         return;
     }
     stats_reply(&r->d->stats, r->pr.verb, body);
-    /* ERR BACKEND changed nothing (or is undone): a repeat must run again. */
-    if (r->idrec && strncmp(body, "ERR BACKEND", 11) == 0)
-        r->d->hooks->dropped(r);
-    else if (r->idrec)
-        r->d->hooks->answered(r, body);
     if (r->c)
         send_line(r->c, r->pr.tag, body);
-    req_end(r);
+    req_end(r, body);
 }
 
 void req_reply(struct req *r, const char *status, const char *fmt, ...)
@@ -394,7 +387,7 @@ void req_drop(struct req *r)
     if (r->holds > 0)
         r->dropped = 1;
     else
-        req_end(r);
+        req_end(r, NULL);
 }
 
 void req_hold(struct req *r)
@@ -412,7 +405,7 @@ void req_unhold(struct req *r)
     if (body)
         req_send(r, body);
     else if (r->dropped)
-        req_end(r);
+        req_end(r, NULL);
     free(body);
 }
 

@@ -193,7 +193,7 @@ static int forget(const char *key, void *val, void *arg)
 
     (void)key;
     (void)arg;
-    s->d->hooks->session_forget(s);
+    s->d->hooks->session_ending(s, SESSION_FORGOTTEN);
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
     free(s->missed);
@@ -223,7 +223,7 @@ void session_end(struct session *s, enum session_end why)
         if (s->hello || !TAILQ_EMPTY(&s->holds) || !TAILQ_EMPTY(&s->waits))
             log_info("audit: expired session=%s client=%s holds=%d waits=%d", s->id, s->name, s->nholds, s->nwaits);
     }
-    d->hooks->session_ending(s, why == SESSION_EXPIRED);
+    d->hooks->session_ending(s, why);
     deadline_cancel(d->deadlines, &s->expiry);
     dict_del(d->sessions, s->id);
     if (c)

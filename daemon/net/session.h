@@ -6,6 +6,7 @@
 #include <sys/queue.h>
 
 #include "dlockd.h"
+#include "hooks.h"
 #include "proto.h"
 
 struct conn;
@@ -86,7 +87,6 @@ long long session_redis_lease(const struct dlockd *d, const struct session *s);
 void session_touch(struct session *s);
 /* Sets the ttl (clamped), counted from the last request. */
 void session_set_ttl(struct session *s, int64_t ttl);
-enum session_end { SESSION_QUIT, SESSION_EXPIRED };
 /* Frees every session and its holds here, leaving Redis as it is (shutdown). */
 void session_free_all(struct dlockd *d);
 /* Notes that the hold hid on name ended while s had no connection (its record keeps it). */
