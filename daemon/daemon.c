@@ -31,16 +31,17 @@
 #include "share.h"
 #include "wait.h"
 
-static void session_forget(struct session *s);
-
 static void session_ending(struct session *s, enum session_end why)
 {
-    if (why == SESSION_FORGOTTEN) {
-        session_forget(s);
-        return;
-    }
+    struct hold *h;
+
     reqid_free_session(s); /* first: no repeat may start on a session that is ending */
     wait_abandon_session(s);
+    if (why == SESSION_FORGOTTEN) { /* here only, Redis untold (shutdown) */
+        while ((h = TAILQ_FIRST(&s->holds)) != NULL)
+            hold_remove(s->d, h);
+        return;
+    }
     hold_release_session(s, why == SESSION_EXPIRED);
     record_delete(s);
 }
@@ -86,16 +87,6 @@ static void session_quit(struct session *s, struct req *r)
         return;
     }
     req_await(r, &q->r);
-}
-
-static void session_forget(struct session *s)
-{
-    struct hold *h;
-
-    reqid_free_session(s);
-    wait_abandon_session(s);
-    while ((h = TAILQ_FIRST(&s->holds)) != NULL)
-        hold_remove(s->d, h);
 }
 
 /* A hold of s on name ended here: its record no longer lists it unless a wait may still be granted it,

@@ -293,8 +293,7 @@ static void reassert(struct cycle *cy, const char *name, const struct hold *h, l
     snprintf(bk->hid, sizeof(bk->hid), "%s", h->hid);
     snprintf(bk->token, sizeof(bk->token), "%llu", h->token);
     contract_reassert_args(&args, bk->hid, bk->token, h->count, ttl, lease, h->lease != NULL, h->s->name);
-    if (batch_op(cy->d, OP_REASSERT, BATCH_BOUNDED | BATCH_UNGATED, 1, &name, &args, on_reasserted,
-                             NULL, bk)) {
+    if (batch_op(cy->d, OP_REASSERT, BATCH_BOUNDED | BATCH_UNGATED, 1, &name, &args, on_reasserted, NULL, bk)) {
         cy->failed = 1;
         cy->table = NULL;
         free(bk->name);
