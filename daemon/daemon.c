@@ -211,6 +211,33 @@ static void handed_back(struct dlockd *d, const char *msg)
     }
 }
 
+/*
+ * "L i<hid> <name> <token>": the daemon a session moved from wrote back a
+ * hold whose release it could not answer (hold_ended). The client may
+ * believe it still holds it: told LOST, unless the session holds the name
+ * here (anyone may publish; nothing else changes).
+ */
+static void lost_elsewhere(struct dlockd *d, const char *msg)
+{
+    char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], sid[DLOCKD_ID_LEN + 1];
+    const char *h = msg + 3, *n, *t;
+    unsigned long long token;
+    struct session *s;
+
+    if (strncmp(msg, "L i", 3) != 0 || (n = strchr(h, ' ')) == NULL || (t = strchr(n + 1, ' ')) == NULL ||
+        (size_t)(n - h) >= sizeof(hid) || (size_t)(n - h) < 2 + DLOCKD_ID_LEN || (size_t)(t - n - 1) >= sizeof(name) ||
+        t == n + 1 || t[1] == '\0' || strspn(t + 1, "0123456789") != strlen(t + 1))
+        return;
+    snprintf(hid, sizeof(hid), "%.*s", (int)(n - h), h);
+    snprintf(name, sizeof(name), "%.*s", (int)(t - n - 1), n + 1);
+    token = strtoull(t + 1, NULL, 10);
+    snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
+    if ((s = session_find(d, sid)) == NULL || hold_find(d, name, hid))
+        return;
+    log_info("audit: lost name=%s session=%s client=%s token=%llu reason=backend", name, s->id, s->name, token);
+    conn_session_event(s, "LOST %s token=%llu reason=backend", name, token);
+}
+
 static void on_message(struct dlockd *d, int latch, const char *msg)
 {
     char sid[DLOCKD_ID_LEN + 1];
@@ -225,6 +252,8 @@ static void on_message(struct dlockd *d, int latch, const char *msg)
         oper_on_message(d, msg);
     } else if (msg[0] == 'H') {
         handed_back(d, msg);
+    } else if (msg[0] == 'L') {
+        lost_elsewhere(d, msg);
     } else {
         wait_on_message(d, msg);
     }

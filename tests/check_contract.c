@@ -466,8 +466,13 @@ static long long session_put(const char *key, const char *from, const char *me)
     freeReplyObject(last);
     last = redisCommandArgv(rc, sizeof(argv) / sizeof(argv[0]), argv, NULL);
     ck_assert_ptr_nonnull(last);
-    ck_assert_msg(last->type == REDIS_REPLY_STRING || last->type == REDIS_REPLY_INTEGER, "put: type %d", last->type);
-    v = last->type == REDIS_REPLY_STRING ? 1 : last->integer;
+    if (from[0]) /* a takeover: "d", the old daemon, then index entries; or a refusal */
+        ck_assert_msg(last->type == REDIS_REPLY_ARRAY || last->type == REDIS_REPLY_INTEGER, "put: type %d",
+                      last->type);
+    else
+        ck_assert_msg(last->type == REDIS_REPLY_STRING || last->type == REDIS_REPLY_INTEGER, "put: type %d",
+                      last->type);
+    v = last->type == REDIS_REPLY_INTEGER ? last->integer : 1;
     return v;
 }
 
@@ -504,6 +509,60 @@ START_TEST(test_session_claim)
 }
 END_TEST
 
+/* A takeover's put returns the record's index entries with a token that it does not write
+ * itself (written back by the old daemon after the record was read): not a wait's, nor one
+ * it writes. An index change with a token for a record another daemon has is told to that
+ * daemon, not written. */
+START_TEST(test_session_claim_back)
+{
+    const char *key = PREFIX "{0123456789abcdef}:session";
+    const char *put[] = { "EVAL", scripts[SCRIPT_SESSION].body, "1", key, "put", PREFIX, "0123456789abcdef",
+                          "30000", "A", CONTRACT_REC_DAEMON, "B", CONTRACT_REC_HASH, "aa", "ixs:o kept", "7" };
+    const char *index[] = { "EVAL", scripts[SCRIPT_SESSION].body, "1", key, "index", "A", PREFIX, "1",
+                            "=42 ixs:o late" };
+    struct contract_record rec;
+    char hid[64], name[64], wid[64];
+    unsigned long long token;
+    redisContext *sc;
+    redisReply *m;
+    char *v;
+
+    ck_assert_int_eq(session_put(key, "", "A"), 1);
+    freeReplyObject(redisCommand(rc, "HSET %s k x %s 41 %s w7.1 %s 3 %s 0", key, "ixs:o back", "ixs:o waits",
+                                 "ixs:o kept", "ixs:o zero"));
+    freeReplyObject(last);
+    last = redisCommandArgv(rc, sizeof(put) / sizeof(put[0]), put, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_int_eq(contract_record(last, &rec), 0);
+    ck_assert_str_eq(rec.daemon, "A");
+    ck_assert_int_eq(rec.nindex, 1);
+    ck_assert_int_eq(contract_record_index(&rec, 0, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)),
+                     0);
+    ck_assert_str_eq(hid, "xs:o");
+    ck_assert_str_eq(name, "back");
+    ck_assert_int_eq(token, 41);
+    v = index_entry(key, "xs:o", "kept");
+    ck_assert_str_eq(v, "7");
+    free(v);
+
+    /* A writes a token back into B's record: B hears of it on its channel */
+    sc = redisConnect("127.0.0.1", R->port);
+    ck_assert_ptr_nonnull(sc);
+    freeReplyObject(redisCommand(sc, "SUBSCRIBE " PREFIX "B"));
+    freeReplyObject(last);
+    last = redisCommandArgv(rc, sizeof(index) / sizeof(index[0]), index, NULL);
+    ck_assert_ptr_nonnull(last);
+    ck_assert_int_eq(redisGetReply(sc, (void **)&m), REDIS_OK);
+    ck_assert_int_eq(m->type, REDIS_REPLY_ARRAY);
+    ck_assert_str_eq(m->element[2]->str, "L ixs:o late 42");
+    freeReplyObject(m);
+    redisFree(sc);
+    v = index_entry(key, "xs:o", "late");
+    ck_assert_str_eq(v, "");
+    free(v);
+}
+END_TEST
+
 static Suite *contract_suite(void)
 {
     Suite *s = suite_create("contract");
@@ -519,6 +578,7 @@ static Suite *contract_suite(void)
     tcase_add_test(tc, test_late_batch);
     tcase_add_test(tc, test_renew_gone);
     tcase_add_test(tc, test_session_claim);
+    tcase_add_test(tc, test_session_claim_back);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -311,6 +311,73 @@ START_TEST(test_unlock_unanswered_told_on_resume)
 }
 END_TEST
 
+/* Sends UNLOCK name on a and closes a while Redis is stopped, then stops d1 and lets Redis run
+ * the release: d1 has its answer to read, for a client that is gone. */
+static void unlock_unanswered(struct h_dlockd *d1, struct h_conn *a, const char *name)
+{
+    ck_assert_int_eq(kill(R->pid, SIGSTOP), 0);
+    h_send(a, "UNLOCK %s", name);
+    h_close(a);
+    h_sleep_ms(300);
+    ck_assert_int_eq(kill(d1->pid, SIGSTOP), 0);
+    ck_assert_int_eq(kill(R->pid, SIGCONT), 0);
+    h_sleep_ms(300);
+}
+
+/* The old daemon writes the hold of the unanswered UNLOCK back only after the session moved:
+ * the daemon that has it now hears of it and tells LOST. */
+START_TEST(test_unanswered_written_back_after_claim)
+{
+    struct h_dlockd *d1 = h_dlockd_start(R->port, NULL), *d2 = h_dlockd_start(R->port, NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *n;
+    long long t = H_LOCK_NEW(a, "u2");
+    struct h_conn was = *a;
+    char pat[100];
+
+    unlock_unanswered(d1, a, "u2");
+    n = H_CONNECT(d2->port);
+    h_send(n, "HELLO session=%s secret=%s", was.session, was.secret);
+    expect_resumed(n, &was);
+    ck_assert_int_eq(kill(d1->pid, SIGCONT), 0);
+    snprintf(pat, sizeof pat, "* LOST u2 token=%lld reason=%%w", t);
+    H_EVENT(n, pat, 5000);
+}
+END_TEST
+
+/* The same, written back after the resuming daemon read the record and before it claimed it:
+ * the claim finds it there. */
+START_TEST(test_unanswered_written_back_before_claim)
+{
+    struct h_proxy px = h_proxy_start(R->port);
+    struct h_dlockd *d1 = h_dlockd_start(R->port, NULL), *d2 = h_dlockd_start(px.port, NULL);
+    struct h_conn *a = H_CLIENT(d1, "name=alice ttl=30s"), *n;
+    long long t = H_LOCK_NEW(a, "u3");
+    struct h_conn was = *a;
+    char key[100], field[100], pat[100], *v = NULL;
+
+    unlock_unanswered(d1, a, "u3");
+    h_proxy_arm(&px, H_PX_STALL, "put", 0);
+    n = H_CONNECT(d2->port);
+    h_send(n, "HELLO session=%s secret=%s", was.session, was.secret);
+    ck_assert_msg(h_proxy_triggered(&px, 5000), "no claim of the record");
+    ck_assert_int_eq(kill(d1->pid, SIGCONT), 0);
+    snprintf(key, sizeof key, "dlock:{%s}:session", was.session);
+    snprintf(field, sizeof field, "ix%s: u3", was.session);
+    for (int i = 0; i < 100 && v == NULL; i++) {
+        v = h_redis_cmd(R->port, "HGET", key, field, NULL);
+        if (v == NULL)
+            h_sleep_ms(50);
+    }
+    ck_assert_msg(v != NULL, "the old daemon did not write the hold back");
+    free(v);
+    h_proxy_release(&px);
+    expect_resumed(n, &was);
+    snprintf(pat, sizeof pat, "* LOST u3 token=%lld reason=%%w", t);
+    H_EVENT(n, pat, 5000);
+    h_proxy_stop(&px);
+}
+END_TEST
+
 static Suite *resume_suite(void)
 {
     Suite *s = suite_create("resume");
@@ -328,6 +395,8 @@ static Suite *resume_suite(void)
     tcase_add_test(tc, test_no_grant_after_backend_error);
     tcase_add_test(tc, test_kill_across_daemons);
     tcase_add_test(tc, test_unlock_unanswered_told_on_resume);
+    tcase_add_test(tc, test_unanswered_written_back_after_claim);
+    tcase_add_test(tc, test_unanswered_written_back_before_claim);
     tcase_add_test(tc, test_lost_told_on_other_daemon);
     suite_add_tcase(s, tc);
     return s;

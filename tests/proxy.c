@@ -20,11 +20,13 @@
 static void proxy_run(int lfd, int target, struct h_proxy_ctl *ctl)
 {
     int cfd[PX_MAX], rfd[PX_MAX], held[PX_MAX], n = 0;
-    char *hbuf[PX_MAX];
-    size_t hlen[PX_MAX];
+    char *hbuf[PX_MAX], *sbuf[PX_MAX]; /* answers held; requests stalled */
+    size_t hlen[PX_MAX], slen[PX_MAX];
 
     memset(hbuf, 0, sizeof(hbuf));
     memset(hlen, 0, sizeof(hlen));
+    memset(sbuf, 0, sizeof(sbuf));
+    memset(slen, 0, sizeof(slen));
     for (;;) {
         struct pollfd p[1 + 2 * PX_MAX];
         int np = 0;
@@ -40,9 +42,12 @@ static void proxy_run(int lfd, int target, struct h_proxy_ctl *ctl)
                 if (held[i]) {
                     if (hlen[i])
                         (void)!write(cfd[i], hbuf[i], hlen[i]);
+                    if (slen[i])
+                        (void)!write(rfd[i], sbuf[i], slen[i]);
                     free(hbuf[i]);
-                    hbuf[i] = NULL;
-                    hlen[i] = 0;
+                    free(sbuf[i]);
+                    hbuf[i] = sbuf[i] = NULL;
+                    hlen[i] = slen[i] = 0;
                     held[i] = 0;
                 }
             ctl->release = 0;
@@ -77,14 +82,19 @@ static void proxy_run(int lfd, int target, struct h_proxy_ctl *ctl)
                         ctl->dark_until = h_now_ms() + ctl->blackout_ms;
                         dead = 1;
                     } else if (hit) {
-                        held[i] = 1;
+                        held[i] = ctl->armed;
                     }
                     if (hit) {
                         ctl->armed = 0;
                         ctl->triggered = 1;
                     }
-                    if (!dead)
+                    if (!dead && held[i] == H_PX_STALL) {
+                        sbuf[i] = realloc(sbuf[i], slen[i] + (size_t)k);
+                        memcpy(sbuf[i] + slen[i], buf, (size_t)k);
+                        slen[i] += (size_t)k;
+                    } else if (!dead) {
                         (void)!write(rfd[i], buf, (size_t)k);
+                    }
                 }
             }
             if (!dead && (re & (POLLIN | POLLHUP | POLLERR))) {
@@ -102,12 +112,15 @@ static void proxy_run(int lfd, int target, struct h_proxy_ctl *ctl)
                 close(cfd[i]);
                 close(rfd[i]);
                 free(hbuf[i]);
+                free(sbuf[i]);
                 cfd[i] = cfd[n - 1];
                 rfd[i] = rfd[n - 1];
                 held[i] = held[n - 1];
                 hbuf[i] = hbuf[n - 1];
                 hlen[i] = hlen[n - 1];
-                hbuf[n - 1] = NULL;
+                sbuf[i] = sbuf[n - 1];
+                slen[i] = slen[n - 1];
+                hbuf[n - 1] = sbuf[n - 1] = NULL;
                 n--;
                 i--;
             }

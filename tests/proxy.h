@@ -1,7 +1,8 @@
 /* proxy.h - a TCP proxy in front of Redis for tests that break a daemon's link at a chosen
  * call: when the daemon sends a chunk naming a pattern, the proxy either holds back the answers
- * on that connection until released (H_PX_HOLD), or drops the chunk, cuts the connection and
- * refuses connections for a while (H_PX_CUT: the daemon's link is down meanwhile). It runs in
+ * on that connection until released (H_PX_HOLD), holds back that chunk and what follows it on
+ * that connection, unsent to Redis, until released (H_PX_STALL), or drops the chunk, cuts the
+ * connection and refuses connections for a while (H_PX_CUT: the daemon's link is down meanwhile). It runs in
  * a child process; the test steers it through shared memory. */
 #ifndef DLOCKD_TESTS_PROXY_H
 #define DLOCKD_TESTS_PROXY_H
@@ -9,10 +10,10 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-enum { H_PX_HOLD = 1, H_PX_CUT = 2 };
+enum { H_PX_HOLD = 1, H_PX_CUT = 2, H_PX_STALL = 3 };
 
 struct h_proxy_ctl {
-    volatile int armed;       /* H_PX_HOLD or H_PX_CUT: what the next chunk naming pattern triggers */
+    volatile int armed;       /* H_PX_HOLD, H_PX_STALL or H_PX_CUT: what the next chunk naming pattern triggers */
     char pattern[32];
     volatile int triggered;   /* the pattern was seen */
     volatile int release;     /* deliver what was held, then forward as usual */

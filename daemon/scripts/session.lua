@@ -13,12 +13,18 @@
 --            only a live record (k) of that daemon or already the caller's (a
 --            takeover, tried again): a record another daemon has or ended is
 --            left alone, and 0 returned. When the record named another daemon,
---            that one is told "M sid" on its channel. Returns that daemon or "".
+--            that one is told "M sid" on its channel. Returns that daemon or "";
+--            a takeover returns "d", that daemon, then the index entries with a
+--            token that the record has and the put does not write (written
+--            back by the old daemon after the caller read the record).
 --   get      KEYS[1]: the record as field value pairs, {} when there is none.
---   index    KEYS: records; ARGV for each: count, then that many changes:
---            "+field" (added, value 0), "=value field" (value: the token of
---            its hold, or "w" and the waiter queued for it) or "-field"
---            (deleted). A record that is gone stays gone.
+--   index    KEYS: records; ARGV the calling daemon, key prefix, then for
+--            each record: count, then that many changes: "+field" (added,
+--            value 0), "=value field" (value: the token of its hold, or "w"
+--            and the waiter queued for it) or "-field" (deleted). A record
+--            that is gone stays gone. A token for a record another daemon has
+--            (the session moved) is not written: that daemon is told
+--            "L field token" on its channel, a hold its session lost.
 --   touch    KEYS: records; ARGV: the expiry (ms) of each. Returns the
 --            positions (from 1) of those that are gone.
 --   del      KEYS[1]; ARGV daemon, ms, killed: ends it, unless another daemon
@@ -38,24 +44,38 @@ if op == 'put' then
     elseif from ~= '' and (redis.call('HEXISTS', key, 'k') == 0 or (old ~= from and old ~= now)) then
         return 0
     end
-    local fields = {}
+    local fields, own = {}, {}
     for i = 6, #ARGV do
         fields[#fields + 1] = ARGV[i]
+        if i % 2 == 0 then
+            own[ARGV[i]] = true
+        end
+    end
+    local back
+    if from ~= '' then
+        back = { 'd', old }
+        local all = redis.call('HGETALL', key)
+        for i = 1, #all, 2 do
+            local f, v = all[i], all[i + 1]
+            if string.sub(f, 1, 1) == 'i' and not own[f] and string.match(v, '^[1-9]%d*$') then
+                back[#back + 1], back[#back + 2] = f, v
+            end
+        end
     end
     redis.call('HSET', key, unpack(fields))
     redis.call('PEXPIRE', key, ms)
     if old ~= '' and old ~= now then
         redis.call('PUBLISH', prefix .. old, 'M ' .. sid)
-        return old
     end
-    return ''
+    return back or (old ~= now and old or '')
 elseif op == 'get' then
     return redis.call('HGETALL', KEYS[1])
 elseif op == 'index' then
-    local a = 2
+    local caller, prefix, a = ARGV[2], ARGV[3], 4
     for _, key in ipairs(KEYS) do
         local n = tonumber(ARGV[a])
         local live = redis.call('EXISTS', key) == 1
+        local owner = live and redis.call('HGET', key, 'd')
         for j = a + 1, a + n do
             local f = ARGV[j]
             if not live then
@@ -64,7 +84,11 @@ elseif op == 'index' then
                 redis.call('HSET', key, string.sub(f, 2), '0')
             elseif string.sub(f, 1, 1) == '=' then
                 local value, field = string.match(f, '^=(%S+) (.*)$')
-                redis.call('HSET', key, field, value)
+                if owner and owner ~= caller and string.match(value, '^[1-9]%d*$') then
+                    redis.call('PUBLISH', prefix .. owner, 'L ' .. field .. ' ' .. value)
+                else
+                    redis.call('HSET', key, field, value)
+                end
             else
                 redis.call('HDEL', key, string.sub(f, 2))
             end

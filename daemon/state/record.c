@@ -64,13 +64,14 @@ static void on_put(struct dlockd *d, redisReply *rep, void *arg)
     int result = rep == NULL || rep->type == REDIS_REPLY_ERROR ? RECORD_UNKNOWN
                  : rep->type == REDIS_REPLY_INTEGER        ? RECORD_REFUSED
                                                            : RECORD_WRITTEN;
+    struct contract_record back;
 
     if (s && result == RECORD_UNKNOWN && !p->takeover)
         s->record_dirty = 1; /* the next renewal writes it whole */
     else if (s && result == RECORD_REFUSED && !p->takeover)
         d->hooks->check_moved(d, p->sid, NULL, NULL); /* another daemon has it, or ended it */
     if (p->done)
-        p->done(d, result, p->arg);
+        p->done(d, result, result == RECORD_WRITTEN && contract_record(rep, &back) == 0 ? &back : NULL, p->arg);
     free(p);
 }
 
@@ -252,7 +253,8 @@ static void drop_pending(void)
 
 /* The changes of the records in the slot of change first (and in no
  * later-numbered change yet; slots[i] is -1 once sent): KEYS one record per
- * change; ARGV "index", then "1" and the change, for each. */
+ * change; ARGV "index", this daemon, the key prefix, then "1" and the change,
+ * for each. */
 static void flush_slot(struct dlockd *d, int first, int *slots, const char **keys, const char **argv)
 {
     int nkeys = 0, slot = slots[first];
@@ -262,14 +264,16 @@ static void flush_slot(struct dlockd *d, int first, int *slots, const char **key
             keys[nkeys++] = pend.v[2 * i];
     memcpy(argv, keys, (size_t)nkeys * sizeof(*argv));
     argv[nkeys] = "index";
+    argv[nkeys + 1] = d->id;
+    argv[nkeys + 2] = d->cfg.key_prefix;
     for (int i = first, j = 0; i < pend.n / 2; i++) {
         if (slots[i] != slot)
             continue;
-        argv[nkeys + 1 + 2 * j] = "1";
-        argv[nkeys + 2 + 2 * j++] = pend.v[2 * i + 1];
+        argv[nkeys + 3 + 2 * j] = "1";
+        argv[nkeys + 4 + 2 * j++] = pend.v[2 * i + 1];
         slots[i] = -1;
     }
-    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, 3 * nkeys + 1, argv, on_done, NULL, NULL))
+    if (redis_script(d->redis, SCRIPT_SESSION, nkeys, 3 * nkeys + 3, argv, on_done, NULL, NULL))
         log_debug("record: %d index changes not sent: no link", nkeys);
 }
 
@@ -281,7 +285,7 @@ void record_flush(struct dlockd *d)
     if (pend.n == 0)
         return;
     keys = must(malloc((size_t)pend.n * sizeof(*keys)));
-    argv = must(malloc((size_t)(pend.n * 2 + 1) * sizeof(*argv)));
+    argv = must(malloc((size_t)(pend.n * 2 + 3) * sizeof(*argv)));
     slots = must(malloc((size_t)pend.n * sizeof(*slots)));
     for (int i = 0; i < pend.n / 2; i++)
         slots[i] = redis_slot(d->redis, pend.v[2 * i]);

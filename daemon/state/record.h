@@ -16,7 +16,9 @@ enum record_put_result {
     RECORD_REFUSED, /* another daemon has it, or ended it: nothing written */
     RECORD_UNKNOWN, /* Redis did not answer */
 };
-typedef void record_put_cb(struct dlockd *d, int result, void *arg);
+/* back: with a takeover written, the index entries with a token that the record has and the
+ * put did not write (contract_record_index), else NULL. */
+typedef void record_put_cb(struct dlockd *d, int result, const struct contract_record *back, void *arg);
 
 /*
  * Writes s's record whole (daemon, client name, ttl, hash of its secret,

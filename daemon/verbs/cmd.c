@@ -168,12 +168,13 @@ static void hello_answer(struct req *r, struct session *s, const char *secret, i
     }
 }
 
-static void on_record_written(struct dlockd *d, int result, void *arg)
+static void on_record_written(struct dlockd *d, int result, const struct contract_record *back, void *arg)
 {
     struct hello_wait *hw = arg;
     struct req *r = hw->r;
     struct session *s = session_find(d, hw->sid);
 
+    (void)back;
     if (r) {
         r->gone = NULL;
         if (s && result != RECORD_REFUSED)

@@ -109,10 +109,38 @@ static void resume_free(struct resume *rs)
     free_one(rs->sid, rs, NULL);
 }
 
+static int adopted(const struct resume *rs, const char *hid, const char *name)
+{
+    for (const struct adopt *a = rs->adopts; a; a = a->next)
+        for (int i = 0; i < a->n; i++)
+            if (strcmp(a->hids[i], hid) == 0 && strcmp(a->names[i], name) == 0)
+                return 1;
+    return 0;
+}
+
+/*
+ * The holds that the old daemon wrote back into the record after it was
+ * read here (their release was not answered: the client may believe it
+ * holds them): each is told LOST, like one gone while the session was away.
+ */
+static void written_back(struct resume *rs, struct session *s, const struct contract_record *back)
+{
+    for (int j = 0; back && j < back->nindex; j++) {
+        char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
+        unsigned long long token;
+        if (contract_record_index(back, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
+            strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0 || adopted(rs, hid, name) ||
+            hold_find(s->d, name, hid))
+            continue;
+        conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
+        record_index(s, hid, name, 0);
+    }
+}
+
 /* The session's record names this daemon: it lives here now, attached to the
  * resuming connection when that still waits (else it waits for a resume, as
  * after any close). */
-static void commit(struct resume *rs, struct session *s)
+static void commit(struct resume *rs, struct session *s, const struct contract_record *back)
 {
     struct req *r = take(rs);
 
@@ -126,6 +154,7 @@ static void commit(struct resume *rs, struct session *s)
                 conn_session_missed(s, "LOST %s token=%llu reason=backend", a->names[i], a->tokens[i]);
             record_index(s, a->hids[i], a->names[i], 0);
         }
+    written_back(rs, s, back);
     if (r && r->c && r->c->state != CONN_CLOSING) {
         rs->ans->attach(r, s);
         rs->ans->resumed(r, s);
@@ -249,7 +278,7 @@ static void undo(struct resume *rs, int ended)
     hand_back(rs);
 }
 
-static void on_claimed(struct dlockd *d, int result, void *arg)
+static void on_claimed(struct dlockd *d, int result, const struct contract_record *back, void *arg)
 {
     struct resume *rs = arg;
     struct session *s = session_find(d, rs->sid);
@@ -259,7 +288,7 @@ static void on_claimed(struct dlockd *d, int result, void *arg)
         rs->claiming = 0;
         hand_back(rs);
     } else if (result == RECORD_WRITTEN) {
-        commit(rs, s);
+        commit(rs, s, back);
     } else if (result == RECORD_REFUSED) {
         log_info("s%s: it ended, or went to another daemon, while it was resumed: handed back to daemon %s",
                  rs->sid, rs->from);
@@ -283,7 +312,7 @@ static void claim(struct resume *rs)
     struct session *s = session_find(rs->d, rs->sid);
 
     if (s == NULL || record_put(s, rs->from, on_claimed, rs) != 0)
-        on_claimed(rs->d, RECORD_UNKNOWN, rs);
+        on_claimed(rs->d, RECORD_UNKNOWN, NULL, rs);
 }
 
 /* Every ADOPT call answered or gave up: the session comes here whole, or goes back whole. */
