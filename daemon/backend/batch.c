@@ -221,10 +221,45 @@ static int window(const struct dlockd *d)
     return BATCH_WINDOW * redis_nodes(d->redis);
 }
 
+static void strv_cat(struct strv *v, const struct strv *w)
+{
+    if (w->len == 0)
+        return;
+    if (v->len + w->len > v->cap) {
+        v->cap = (v->len + w->len) * 2;
+        v->buf = must(realloc(v->buf, v->cap));
+    }
+    memcpy(v->buf + v->len, w->buf, w->len);
+    v->len += w->len;
+    v->n += w->n;
+}
+
+/* Adds b's operations to the last kept batch when they fit, go the same way
+ * and it was kept in the same millisecond (its gate-wait is theirs): the
+ * turns' batches kept while the calls ahead are at Redis become one call. */
+static int merge_kept(struct batcher *bt, struct batch *b, uint64_t now)
+{
+    struct batch *t = bt->kept ? container_of(bt->kept_tail, struct batch, next) : NULL;
+
+    if (t == NULL || t->kept_at != now || t->flags != b->flags || t->slot != b->slot || t->nops + b->nops > BATCH_OPS ||
+        t->keys.len + t->args.len + b->keys.len + b->args.len > BATCH_BYTES)
+        return 0;
+    memcpy(t->ops + t->nops, b->ops, (size_t)b->nops * sizeof(b->ops[0]));
+    t->nops += b->nops;
+    strv_cat(&t->keys, &b->keys);
+    strv_cat(&t->args, &b->args);
+    batch_free(b);
+    return 1;
+}
+
 /* Keeps b, in order, until the gate opens and the window has room, or its gate-wait is over. */
 static void keep(struct batcher *bt, struct batch *b)
 {
-    b->kept_at = now_ms();
+    uint64_t now = now_ms();
+
+    if (merge_kept(bt, b, now))
+        return;
+    b->kept_at = now;
     *bt->kept_tail = b;
     bt->kept_tail = &b->next;
     if (!deadline_armed(&bt->expire))
