@@ -109,32 +109,39 @@ static void resume_free(struct resume *rs)
     free_one(rs->sid, rs, NULL);
 }
 
-static int adopted(const struct resume *rs, const char *hid, const char *name)
-{
-    for (const struct adopt *a = rs->adopts; a; a = a->next)
-        for (int i = 0; i < a->n; i++)
-            if (strcmp(a->hids[i], hid) == 0 && strcmp(a->names[i], name) == 0)
-                return 1;
-    return 0;
-}
-
 /*
  * The holds that the old daemon wrote back into the record after it was
  * read here (their release was not answered: the client may believe it
  * holds them): each is told LOST, like one gone while the session was away.
+ * The entries read here are in back too (those whose hold was gone): told
+ * already.
  */
 static void written_back(struct resume *rs, struct session *s, const struct contract_record *back)
 {
-    for (int j = 0; back && j < back->nindex; j++) {
+    struct dict *read;
+    char key[HID_MAX + PROTO_NAME_MAX + 2];
+
+    if (back == NULL || back->nindex == 0)
+        return;
+    read = dict_new();
+    for (const struct adopt *a = rs->adopts; a; a = a->next)
+        for (int i = 0; i < a->n; i++) {
+            snprintf(key, sizeof(key), "%s %s", a->hids[i], a->names[i]);
+            dict_set(read, key, rs);
+        }
+    for (int j = 0; j < back->nindex; j++) {
         char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
         unsigned long long token;
         if (contract_record_index(back, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
-            strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0 || adopted(rs, hid, name) ||
-            hold_find(s->d, name, hid))
+            strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0)
+            continue;
+        snprintf(key, sizeof(key), "%s %s", hid, name);
+        if (dict_get(read, key) || hold_find(s->d, name, hid))
             continue;
         conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
         record_index(s, hid, name, 0);
     }
+    dict_free(read);
 }
 
 /* The session's record names this daemon: it lives here now, attached to the
