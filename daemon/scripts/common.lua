@@ -29,9 +29,10 @@
 --   l  string latch: its count
 --   k  string the one hold of a name that nobody else holds or waits for:
 --             "end hid" and the fields of its value in h, where end is the
---             Redis time (ms) at which its lease ends. The lock.lua fast path
---             writes it instead of h and x, unlock.lua deletes it; everything
---             else sees it in h and x (state() moves it there first). It
+--             Redis time (ms) at which its lease ends. The fast lane of LOCK
+--             (batch.lua) writes it instead of h and x, that of UNLOCK deletes
+--             it; everything else sees it in h and x (state() moves it there
+--             first). It
 --             expires KEY_MARGIN_MS after its lease ends. With k, none of h,
 --             x, q, w, m and l exists.
 -- hid = mode .. session id (16 hex) .. ":" .. owner, mode x (exclusive),
@@ -162,10 +163,13 @@ end
 -- and marks it slow: tidied and given its expiry again at the end. A script
 -- reaches keys only through KEYS, where the keys of every name of every
 -- operation are (bind): a name that is not there is an error.
+local KH, KX, KQ, KW, KT, KM, KL, KK = 0, 1, 2, 3, 4, 5, 6, 7 -- a name's keys in KEYS, from its first
+local NAME_KEYS = 8
+
 local function bind(name, k)
     if STATES[name] == nil then
-        local s = { name = name, h = KEYS[k], x = KEYS[k + 1], q = KEYS[k + 2], w = KEYS[k + 3], t = KEYS[k + 4],
-                    m = KEYS[k + 5], l = KEYS[k + 6], k = KEYS[k + 7] }
+        local s = { name = name, h = KEYS[k + KH], x = KEYS[k + KX], q = KEYS[k + KQ], w = KEYS[k + KW],
+                    t = KEYS[k + KT], m = KEYS[k + KM], l = KEYS[k + KL], k = KEYS[k + KK] }
         STATES[name] = s
         table.insert(ORDER, s)
     end
@@ -176,7 +180,7 @@ local function peek(name)
 end
 
 -- Moves the one hold in k (if any) into h and x, where everything but the
--- fast paths of lock.lua and unlock.lua looks for holds.
+-- fast lane (batch.lua) looks for holds.
 local function promote(s)
     local v = redis.call('GET', s.k)
     if v then
@@ -265,15 +269,15 @@ local function at(ms)
     return s
 end
 
--- The token of a new grant on s: Redis's clock in microseconds, or one above
--- the last when that is ahead.
-local function new_token(s)
+-- The token of a new grant on the name whose t key is t: Redis's clock in
+-- microseconds, or one above the last when that is ahead.
+local function new_token(t)
     local token = NOW_US_S
-    local last = redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS, 'GET')
+    local last = redis.call('SET', t, token, 'PX', TOKEN_KEEP_MS, 'GET')
     -- tokens are decimal without leading zeros: compared as strings, longest first
     if last and (#last > #token or (#last == #token and last >= token)) then
         token = num(tonumber(last) + 1)
-        redis.call('SET', s.t, token, 'PX', TOKEN_KEEP_MS)
+        redis.call('SET', t, token, 'PX', TOKEN_KEEP_MS)
     end
     return token
 end
@@ -287,16 +291,16 @@ end
 
 -- Grants hid a new hold of k counts on s. Returns its token.
 local function grant_new(s, hid, k, expiry, lease, bounded, daemon, wid, client)
-    local token = new_token(s)
+    local token = new_token(s.t)
     redis.call('HSET', s.h, hid, new_hold(k, token, lease, bounded, daemon, wid, client))
     redis.call('ZADD', s.x, at(expiry), hid)
     return token
 end
 
--- The same in the one-key form (k), on a name nobody holds or waits for, with one count.
-local function grant_one_key(s, hid, expiry, lease, bounded, wid, client)
-    local token = new_token(s)
-    redis.call('SET', s.k, at(expiry) .. ' ' .. hid .. ' ' .. new_hold(1, token, lease, bounded, DAEMON, wid, client),
+-- The same in the one-key form (its keys t and k), on a name nobody holds or waits for, with one count.
+local function grant_one_key(t, k, hid, expiry, lease, bounded, wid, client)
+    local token = new_token(t)
+    redis.call('SET', k, at(expiry) .. ' ' .. hid .. ' ' .. new_hold(1, token, lease, bounded, DAEMON, wid, client),
         'PXAT', at(expiry + KEY_MARGIN_MS))
     return token
 end
@@ -545,7 +549,7 @@ end
 
 -- The batch's reply (see the top). Leaves no empty waiter hash behind, and
 -- no semaphore once nobody holds or waits; the keys of every name touched
--- expire after their last lease (the fast paths write k with its expiry, and
+-- expire after their last lease (the fast lane writes k with its expiry, and
 -- an UNLOCK moves no lease on). The daemon that ran it goes
 -- on with the names that have more to hand on; the daemons of their first
 -- waiters hear of it too, in case it does not live to.

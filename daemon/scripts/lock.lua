@@ -9,36 +9,13 @@
 -- With its session's record (REC), it indexes there the holds it grants (a
 -- new one with its token) and, for names not known, the waiter it queues.
 -- Reply fields: OK tokens counts 0 | BUSY holder ttl | WAIT retry-ms |
--- WRONGTYPE name | DEADLOCK.
+-- WRONGTYPE name | DEADLOCK. A LOCK of names nobody holds or waits for is
+-- granted before this, by batch.lua's fast lane.
 local who, mode, client, wid = ARGV[A], ARGV[A + 1], ARGV[A + 2], ARGV[A + 3]
 -- (numbers are read when they are needed: tonumber is not free)
 local wait, ttl, lease, bounded = ARGV[A + 4] == '1', tonumber(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
 local known = ARGV[A + 9]
 local hid = mode .. who
-
--- The fast path: no name has a hold, a waiter, or another type. Each gets
--- its hold in the one-key form (k). Not on a name an earlier operation of
--- the batch loaded (state): its holds are in h till the batch ends, and k
--- is read only on loading.
-if S == nil then
-    local free = true
-    for _, name in ipairs(NAMES) do
-        local s = peek(name)
-        if s.slow or redis.call('EXISTS', s.k, s.h, s.q, s.m, s.l) > 0 then
-            free = false
-            break
-        end
-    end
-    if free then
-        local tokens, counts = {}, {}
-        for i, name in ipairs(NAMES) do
-            tokens[i], counts[i] = grant_one_key(peek(name), hid, NOW + ttl, lease, bounded, wid, client), '1'
-            index_set(REC, hid, name, tokens[i])
-        end
-        return reply('OK', join(tokens), join(counts), 0)
-    end
-    S = prepare(NAMES)
-end
 
 for _, s in ipairs(S) do
     if redis.call('EXISTS', s.l, s.m) > 0 then

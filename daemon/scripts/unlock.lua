@@ -14,21 +14,9 @@
 local who, mode, all, token = ARGV[A], ARGV[A + 1], ARGV[A + 2] == '1', ARGV[A + 3]
 local k, delay, known, unindex = count(ARGV[A + 4]), count(ARGV[A + 5]), ARGV[A + 6], ARGV[A + 7]
 
--- The fast paths: a live hold of one lock, released now. In the one-key
--- form (k: always one count, see lock.lua) nobody else holds or waits; in
--- h, the name is handed on only when someone waits.
-if S == nil and #NAMES == 1 and mode ~= 'p' and delay == 0 and known == '1' and (all or k == 1) then
-    local s = peek(NAMES[1])
-    local ends, hid, tok, daemon = string.match(redis.call('GET', s.k) or '', '^(%d+) (%S+) 1 (%d+) %d+ %d+ %d (%S+) ')
-    if hid and string.sub(hid, 2) == who and (mode == '' or mode == string.sub(hid, 1, 1)) and tonumber(ends) > NOW
-        and daemon == DAEMON and (token == '' or tok == token) then
-        redis.call('DEL', s.k)
-        if unindex == '1' then
-            index_del(REC, hid, NAMES[1])
-        end
-        return reply('OK', 0, string.sub(hid, 1, 1), 0)
-    end
-end
+-- The fast path: a live hold of one lock in h, released now (one in k, the
+-- one-key form, was released by batch.lua's fast lane); the name is handed on
+-- only when someone waits.
 if S == nil then
     if #NAMES == 1 and mode ~= 'p' and delay == 0 and known == '1' then
         local s, m, v = peek(NAMES[1]), mode, nil
