@@ -600,8 +600,9 @@ local function index_set(rec, hid, name, value)
     end
 end
 
+-- (HDEL creates nothing: a record that is gone stays gone without a look.)
 local function index_del(rec, hid, name)
-    if rec and record_live(rec) then
+    if rec then
         redis.call('HDEL', rec, 'i' .. hid .. ' ' .. name)
     end
 end
