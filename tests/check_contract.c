@@ -523,6 +523,7 @@ START_TEST(test_session_claim_back)
     struct contract_record rec;
     char hid[64], name[64], wid[64];
     unsigned long long token;
+    size_t pos = 0;
     redisContext *sc;
     redisReply *m;
     char *v;
@@ -536,11 +537,13 @@ START_TEST(test_session_claim_back)
     ck_assert_int_eq(contract_record(last, &rec), 0);
     ck_assert_str_eq(rec.daemon, "A");
     ck_assert_int_eq(rec.nindex, 1);
-    ck_assert_int_eq(contract_record_index(&rec, 0, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)),
+    ck_assert_int_eq(contract_record_next(&rec, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)),
                      0);
     ck_assert_str_eq(hid, "xs:o");
     ck_assert_str_eq(name, "back");
     ck_assert_int_eq(token, 41);
+    ck_assert_int_eq(contract_record_next(&rec, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)),
+                     -1);
     v = index_entry(key, "xs:o", "kept");
     ck_assert_str_eq(v, "7");
     free(v);

@@ -454,18 +454,19 @@ int contract_record(const redisReply *rep, struct contract_record *rec)
     return rec->daemon[0] ? 0 : -1;
 }
 
-int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
-                          size_t namelen, unsigned long long *token, char *wid, size_t widlen)
+int contract_record_next(const struct contract_record *rec, size_t *pos, char *hid, size_t hidlen, char *name,
+                         size_t namelen, unsigned long long *token, char *wid, size_t widlen)
 {
     const redisReply *rep = rec->rep;
 
-    for (size_t i = 0; i < rep->elements; i += 2) {
+    for (size_t i = *pos; i + 1 < rep->elements; i += 2) {
         const char *f = str_in(rep, i), *sp, *v;
-        if (f[0] != CONTRACT_REC_INDEX || j-- > 0)
+        if (f[0] != CONTRACT_REC_INDEX)
             continue;
+        *pos = i + 2;
         if ((sp = strchr(f, ' ')) == NULL || (size_t)(sp - f - 1) >= hidlen || strlen(sp + 1) >= namelen ||
             sp[1] == '\0')
-            return -1;
+            return 1;
         snprintf(hid, hidlen, "%.*s", (int)(sp - f - 1), f + 1);
         snprintf(name, namelen, "%s", sp + 1);
         v = str_in(rep, i + 1);

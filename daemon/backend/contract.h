@@ -251,7 +251,7 @@ struct contract_record {
     const char *client;    /* client name */
     const char *hash;      /* SHA-256 of its secret, hex */
     long long ttl;         /* ms */
-    int nindex;            /* entries: see contract_record_index */
+    int nindex;            /* entries: see contract_record_next */
     int killed;            /* ended by an operator's KILL on the daemon it names */
     const redisReply *rep;
 };
@@ -269,13 +269,14 @@ struct contract_record {
  * record that ended has a daemon and nothing else: hash "" and ttl 0 (session.lua del). */
 int contract_record(const redisReply *rep, struct contract_record *rec);
 /*
- * Copies index entry j (from 0, below rec->nindex) of rec: the hold id into
- * hid, the name into name, the token of its hold (0: not granted when it
- * was written) into *token and the wid of its waiter, if it waited, into
- * wid ("" for none). Returns 0, or -1 when it is malformed.
+ * Copies the first index entry of rec at or after *pos (0 for the first) and
+ * moves *pos past it: the hold id into hid, the name into name, the token of
+ * its hold (0: not granted when it was written) into *token and the wid of
+ * its waiter, if it waited, into wid ("" for none). Returns 0, 1 when that
+ * entry is malformed (skipped), or -1 when none is left.
  */
-int contract_record_index(const struct contract_record *rec, int j, char *hid, size_t hidlen, char *name,
-                          size_t namelen, unsigned long long *token, char *wid, size_t widlen);
+int contract_record_next(const struct contract_record *rec, size_t *pos, char *hid, size_t hidlen, char *name,
+                         size_t namelen, unsigned long long *token, char *wid, size_t widlen);
 /*
  * Formats a change of an index entry for scripts/session.lua into buf:
  * added ("+i<hid> <name>"), deleted (token NULL: "-i<hid> <name>") or

@@ -17,7 +17,7 @@ enum record_put_result {
     RECORD_UNKNOWN, /* Redis did not answer */
 };
 /* back: with a takeover written, the index entries with a token that the record has and the
- * put did not write (contract_record_index), else NULL. */
+ * put did not write (contract_record_next), else NULL. */
 typedef void record_put_cb(struct dlockd *d, int result, const struct contract_record *back, void *arg);
 
 /*

@@ -129,11 +129,13 @@ static void written_back(struct resume *rs, struct session *s, const struct cont
             snprintf(key, sizeof(key), "%s %s", a->hids[i], a->names[i]);
             dict_set(read, key, rs);
         }
-    for (int j = 0; j < back->nindex; j++) {
+    for (size_t pos = 0;;) {
         char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
         unsigned long long token;
-        if (contract_record_index(back, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
-            strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0)
+        int rc = contract_record_next(back, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid));
+        if (rc < 0)
+            break;
+        if (rc > 0 || strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0)
             continue;
         snprintf(key, sizeof(key), "%s %s", hid, name);
         if (dict_get(read, key) || hold_find(s->d, name, hid))
@@ -390,11 +392,13 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
 {
     struct adopt *a = NULL;
 
-    for (int j = 0; j < rec->nindex; j++) {
+    for (size_t pos = 0;;) {
         char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
         unsigned long long token;
-        if (contract_record_index(rec, j, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid)) ||
-            strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
+        int rc = contract_record_next(rec, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid));
+        if (rc < 0)
+            break;
+        if (rc > 0 || strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
             continue;
         if (a == NULL || a->n == PROTO_MAX_NAMES || batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0]))
             a = adopt_new(rs);
