@@ -109,6 +109,18 @@ static void resume_free(struct resume *rs)
     free_one(rs->sid, rs, NULL);
 }
 
+/* The next index entry of rec after *pos that is session sid's own: 0, or -1 when none is left. */
+static int next_own(const struct contract_record *rec, size_t *pos, const char *sid, char *hid, char *name,
+                    unsigned long long *token, char *wid, size_t widlen)
+{
+    int rc;
+
+    while ((rc = contract_record_next(rec, pos, hid, HID_MAX + 1, name, PROTO_NAME_MAX + 1, token, wid, widlen)) >= 0)
+        if (rc == 0 && strncmp(hid + 1, sid, DLOCKD_ID_LEN) == 0 && hid[1 + DLOCKD_ID_LEN] == ':')
+            return 0;
+    return -1;
+}
+
 /*
  * The holds that the old daemon wrote back into the record after it was
  * read here (their release was not answered: the client may believe it
@@ -119,7 +131,8 @@ static void resume_free(struct resume *rs)
 static void written_back(struct resume *rs, struct session *s, const struct contract_record *back)
 {
     struct dict *read;
-    char key[HID_MAX + PROTO_NAME_MAX + 2];
+    char key[HID_MAX + PROTO_NAME_MAX + 2], hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
+    unsigned long long token;
 
     if (back == NULL || back->nindex == 0)
         return;
@@ -129,16 +142,9 @@ static void written_back(struct resume *rs, struct session *s, const struct cont
             snprintf(key, sizeof(key), "%s %s", a->hids[i], a->names[i]);
             dict_set(read, key, rs);
         }
-    for (size_t pos = 0;;) {
-        char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
-        unsigned long long token;
-        int rc = contract_record_next(back, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid));
-        if (rc < 0)
-            break;
-        if (rc > 0 || strncmp(hid + 1, s->id, DLOCKD_ID_LEN) != 0 || token == 0)
-            continue;
+    for (size_t pos = 0; next_own(back, &pos, s->id, hid, name, &token, wid, sizeof(wid)) == 0;) {
         snprintf(key, sizeof(key), "%s %s", hid, name);
-        if (dict_get(read, key) || hold_find(s->d, name, hid))
+        if (token == 0 || dict_get(read, key) || hold_find(s->d, name, hid))
             continue;
         conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
         record_index(s, hid, name, 0);
@@ -392,14 +398,10 @@ static void adopt_all(struct resume *rs, const struct contract_record *rec)
 {
     struct adopt *a = NULL;
 
-    for (size_t pos = 0;;) {
-        char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
-        unsigned long long token;
-        int rc = contract_record_next(rec, &pos, hid, sizeof(hid), name, sizeof(name), &token, wid, sizeof(wid));
-        if (rc < 0)
-            break;
-        if (rc > 0 || strncmp(hid + 1, rs->sid, DLOCKD_ID_LEN) != 0 || hid[1 + DLOCKD_ID_LEN] != ':')
-            continue;
+    char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
+    unsigned long long token;
+
+    for (size_t pos = 0; next_own(rec, &pos, rs->sid, hid, name, &token, wid, sizeof(wid)) == 0;) {
         if (a == NULL || a->n == PROTO_MAX_NAMES || batch_slot(rs->d, name) != batch_slot(rs->d, a->names[0]))
             a = adopt_new(rs);
         a->names[a->n] = must(strdup(name));
