@@ -1,7 +1,9 @@
 /* check_sentinel.c - dlockd behind Redis Sentinel (1 master, 2 replicas, 3 sentinels): the master
  * found through the sentinels (a sentinel that is down skipped, ROLE checked), a wrong master name
  * or sentinel password reported and retried, and a kill -9 of the master survived by the
- * sessions: * JEOPARDY then * SAFE, no * BYE, new grants on the promoted replica. */
+ * sessions: * JEOPARDY then * SAFE, no * BYE, new grants on the promoted replica, heard of from
+ * any sentinel. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +267,28 @@ START_TEST(test_failover)
 }
 END_TEST
 
+/* The sentinel a dlockd would have watched alone (the first) is stopped when the master dies:
+ * the others fail over, and their +switch-master reaches dlockd, which watches every sentinel. */
+START_TEST(test_switch_heard_from_any_sentinel)
+{
+    struct h_sentinels *t = h_sentinels_start("wmaster");
+    struct h_dlockd *d = start_on(t->name, H_ARGS(t->addr[0], t->addr[1], t->addr[2]),
+                                  H_ARGS("--failover-delay", "2s"));
+    struct h_conn *a = H_CLIENT(d, "name=alice ttl=60s");
+    const char *const watching[] = { "sentinel: watching", NULL }, *const switched[] = { "switched from", NULL };
+
+    h_wait_info(a, "\"backend\":\"up\"", 10000);
+    ck_assert_int_eq(h_log_wait(d, watching, H_SENTINELS, 10000), H_SENTINELS);
+    ck_assert_int_eq(kill(t->sentinels[0]->pid, SIGSTOP), 0);
+    h_redis_kill(t->master);
+    ck_assert_msg(h_log_wait(d, switched, 1, 30000) >= 1, "no +switch-master heard from the running sentinels");
+    H_EVENT(a, "* SAFE", 30000);
+    H_LOCK_NEW(a, "after");
+    ck_assert_int_eq(kill(t->sentinels[0]->pid, SIGCONT), 0);
+    h_sentinels_stop(t);
+}
+END_TEST
+
 static Suite *sentinel_suite(void)
 {
     Suite *s = suite_create("sentinel");
@@ -285,6 +309,7 @@ static Suite *sentinel_suite(void)
     tcase_add_checked_fixture(failover, NULL, h_teardown);
     tcase_set_timeout(failover, 60);
     tcase_add_test(failover, test_failover);
+    tcase_add_test(failover, test_switch_heard_from_any_sentinel);
     suite_add_tcase(s, failover);
     return s;
 }

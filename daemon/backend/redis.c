@@ -1145,13 +1145,19 @@ static void connect_link(struct redis *rd)
 }
 
 /* A sentinel announced a new master: the link to the old one drops, or a
- * link waiting for its backoff asks the sentinels at once. */
+ * link waiting for its backoff asks the sentinels at once. A link to (or
+ * connecting to) that address already heard of the switch from another
+ * sentinel. An old announcement costs a reconnect: the sentinels are asked. */
 static void on_switch(const char *to, void *arg)
 {
     struct redis *rd = arg;
 
-    if (rd->closed)
+    if (rd->closed || (rd->state != LINK_DOWN && rd->ac && strcmp(rd->addr, to) == 0))
         return;
+    if (rd->state == LINK_HANDSHAKE && rd->ac == NULL) { /* asking the sentinels: again, from now */
+        sentinel_ask(rd->sentinel, on_located, rd);
+        return;
+    }
     if (rd->state != LINK_DOWN) {
         link_fail(rd, 0, "Sentinel switched the master to %s", to);
         return;

@@ -1,6 +1,7 @@
 /* sentinel.c - the master's address from Redis Sentinel: asks the sentinels
  * in turn (SENTINEL get-master-addr-by-name, backend-timeout each), and
- * keeps one pub/sub connection to one of them for +switch-master. */
+ * keeps a pub/sub connection to each of them for +switch-master: the one
+ * that leads a failover announces it first, and only it at first. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,17 +31,32 @@ struct sentinel {
     void *found_arg;
     struct deadline ask_timeout;   /* the try must be answered by then */
     char why[1024];                /* what the tries of the running ask met */
-    redisAsyncContext *watch;      /* pub/sub; NULL while down */
-    int watching;                  /* index of the sentinel watched, or to watch next */
-    int backoff;                   /* ms before the next watch */
-    struct event *rewatch;
-    struct deadline watch_timeout; /* the subscription must be confirmed by then */
-    char watch_error[256];         /* the last failure of the watch that was logged */
+    struct watch *watches;         /* one per sentinel */
     int closed;
 };
 
+/* The pub/sub connection to one sentinel. */
+struct watch {
+    struct sentinel *s;
+    int i;                         /* the sentinel's index */
+    redisAsyncContext *ac;         /* NULL while down */
+    int backoff;                   /* ms before the next try */
+    struct event *rewatch;
+    struct deadline timeout;       /* the subscription must be confirmed by then */
+    char error[256];               /* the last failure that was logged */
+};
+
 static void ask_failed(struct sentinel *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void watch_failed(struct sentinel *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void watch_failed(struct watch *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The watch whose connection ac is, or NULL. */
+static struct watch *watch_of(const struct sentinel *s, const redisAsyncContext *ac)
+{
+    for (int i = 0; s->watches && i < s->list->n; i++)
+        if (s->watches[i].ac == ac)
+            return &s->watches[i];
+    return NULL;
+}
 
 static const char *name_of(const struct sentinel *s, int i, char *buf, size_t len)
 {
@@ -49,34 +65,30 @@ static const char *name_of(const struct sentinel *s, int i, char *buf, size_t le
 
 /* --- connections */
 
-static void on_connect(const redisAsyncContext *ac, int status)
+/* Connection ac failed or closed (hiredis frees it after this): the ask or watch it was goes on. */
+static void lost(const redisAsyncContext *ac, const char *why)
 {
     struct sentinel *s = ac->data;
-
-    /* hiredis frees the context after this callback. */
-    if (status == REDIS_OK)
-        return;
-    if (ac == s->ask) {
-        s->ask = NULL;
-        ask_failed(s, "%s", ac->errstr);
-    } else if (ac == s->watch) {
-        s->watch = NULL;
-        watch_failed(s, "%s", ac->errstr);
-    }
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    struct sentinel *s = ac->data;
-    const char *why = status == REDIS_OK ? "connection closed" : ac->errstr;
+    struct watch *w;
 
     if (ac == s->ask) {
         s->ask = NULL;
         ask_failed(s, "%s", why);
-    } else if (ac == s->watch) {
-        s->watch = NULL;
-        watch_failed(s, "%s", why);
+    } else if ((w = watch_of(s, ac)) != NULL) {
+        w->ac = NULL;
+        watch_failed(w, "%s", why);
     }
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    if (status != REDIS_OK)
+        lost(ac, ac->errstr);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    lost(ac, status == REDIS_OK ? "connection closed" : ac->errstr);
 }
 
 /* Opens a connection to sentinel i and queues its AUTH, answered to on_auth.
@@ -228,21 +240,22 @@ void sentinel_ask(struct sentinel *s, sentinel_found_cb *found, void *arg)
     ask_next(s);
 }
 
-/* --- watching for +switch-master */
+/* --- watching for +switch-master, on every sentinel */
 
-static void watch_drop(struct sentinel *s)
+static void watch_drop(struct watch *w)
 {
-    redisAsyncContext *ac = s->watch;
+    redisAsyncContext *ac = w->ac;
 
-    s->watch = NULL;
-    deadline_cancel(s->d->deadlines, &s->watch_timeout);
+    w->ac = NULL;
+    deadline_cancel(w->s->d->deadlines, &w->timeout);
     if (ac)
         redisAsyncFree(ac);
 }
 
-/* The watch failed: logs why when it is news, and watches the next sentinel after a backoff. */
-static void watch_failed(struct sentinel *s, const char *fmt, ...)
+/* The watch failed: logs why when it is news, and tries again after a backoff. */
+static void watch_failed(struct watch *w, const char *fmt, ...)
 {
+    struct sentinel *s = w->s;
     char why[256], addr[300];
     struct timeval tv;
     va_list ap;
@@ -250,33 +263,33 @@ static void watch_failed(struct sentinel *s, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    name_of(s, s->watching, addr, sizeof(addr));
-    if (strcmp(why, s->watch_error) != 0) {
-        log_warnx("sentinel: cannot watch %s for a switch of master %s: %s; trying the next sentinel", addr,
+    name_of(s, w->i, addr, sizeof(addr));
+    if (strcmp(why, w->error) != 0) {
+        log_warnx("sentinel: cannot watch %s for a switch of master %s: %s; trying again", addr,
                   s->d->cfg.sentinel_master, why);
-        snprintf(s->watch_error, sizeof(s->watch_error), "%s", why);
+        snprintf(w->error, sizeof(w->error), "%s", why);
     } else {
-        log_debug("sentinel: %s: %s; next try in %dms", addr, why, s->backoff);
+        log_debug("sentinel: %s: %s; next try in %dms", addr, why, w->backoff);
     }
-    watch_drop(s);
-    s->watching = (s->watching + 1) % s->list->n;
-    tv.tv_sec = s->backoff / 1000;
-    tv.tv_usec = (s->backoff % 1000) * 1000;
-    evtimer_add(s->rewatch, &tv);
-    s->backoff = s->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff * 2;
+    watch_drop(w);
+    tv.tv_sec = w->backoff / 1000;
+    tv.tv_usec = (w->backoff % 1000) * 1000;
+    evtimer_add(w->rewatch, &tv);
+    w->backoff = w->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : w->backoff * 2;
 }
 
 static void on_watch_auth(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct sentinel *s = ac->data;
+    struct watch *w = watch_of(ac->data, ac);
     redisReply *r = reply;
 
     (void)privdata;
-    if (ac == s->watch && r && r->type == REDIS_REPLY_ERROR)
-        watch_failed(s, "AUTH: %s", r->str);
+    if (w && r && r->type == REDIS_REPLY_ERROR)
+        watch_failed(w, "AUTH: %s", r->str);
 }
 
-/* A +switch-master message: "name old-ip old-port new-ip new-port". */
+/* A +switch-master message: "name old-ip old-port new-ip new-port". Each
+ * sentinel announces the same switch: the link decides what is news. */
 static void heard(struct sentinel *s, const char *msg)
 {
     char name[256], old_ip[256], old_port[16], ip[256], port[16], to[300];
@@ -285,57 +298,64 @@ static void heard(struct sentinel *s, const char *msg)
         strcmp(name, s->d->cfg.sentinel_master) != 0)
         return;
     snprintf(to, sizeof(to), "%s:%s", ip, port);
-    log_notice("sentinel: master %s switched from %s:%s to %s", name, old_ip, old_port, to);
+    log_info("sentinel: master %s switched from %s:%s to %s", name, old_ip, old_port, to);
     s->on_switch(to, s->switch_arg);
 }
 
 static void on_event(redisAsyncContext *ac, void *reply, void *privdata)
 {
-    struct sentinel *s = ac->data;
+    struct watch *w = watch_of(ac->data, ac);
     redisReply *r = reply;
     char addr[300];
 
     (void)privdata;
-    if (ac != s->watch || r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+    if (w == NULL || r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_STRING)
         return;
     if (strcmp(r->element[0]->str, "subscribe") == 0) {
-        deadline_cancel(s->d->deadlines, &s->watch_timeout);
-        s->backoff = BACKOFF_MIN_MS;
-        s->watch_error[0] = '\0';
-        log_info("sentinel: watching %s for a switch of master %s", name_of(s, s->watching, addr, sizeof(addr)),
-                 s->d->cfg.sentinel_master);
+        deadline_cancel(w->s->d->deadlines, &w->timeout);
+        w->backoff = BACKOFF_MIN_MS;
+        w->error[0] = '\0';
+        log_info("sentinel: watching %s for a switch of master %s", name_of(w->s, w->i, addr, sizeof(addr)),
+                 w->s->d->cfg.sentinel_master);
     } else if (strcmp(r->element[0]->str, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
-        heard(s, r->element[2]->str);
+        heard(w->s, r->element[2]->str);
     }
 }
 
 static void on_watch_late(struct deadline *dl)
 {
-    struct sentinel *s = container_of(dl, struct sentinel, watch_timeout);
+    struct watch *w = container_of(dl, struct watch, timeout);
 
-    watch_failed(s, "SUBSCRIBE not confirmed within %lldms", (long long)s->d->cfg.backend_timeout);
+    watch_failed(w, "SUBSCRIBE not confirmed within %lldms", (long long)w->s->d->cfg.backend_timeout);
 }
 
-void sentinel_watch(struct sentinel *s)
+static void watch_one(struct watch *w)
 {
     char err[256];
 
-    if (s->closed)
+    if (w->s->closed)
         return;
-    if ((s->watch = open_one(s, s->watching, on_watch_auth, err, sizeof(err))) == NULL) {
-        watch_failed(s, "%s", err);
+    if ((w->ac = open_one(w->s, w->i, on_watch_auth, err, sizeof(err))) == NULL) {
+        watch_failed(w, "%s", err);
         return;
     }
-    redisAsyncCommand(s->watch, on_event, NULL, "SUBSCRIBE " SWITCH_CHANNEL);
-    deadline_arm(s->d->deadlines, &s->watch_timeout, now_ms() + (uint64_t)s->d->cfg.backend_timeout);
+    redisAsyncCommand(w->ac, on_event, NULL, "SUBSCRIBE " SWITCH_CHANNEL);
+    deadline_arm(w->s->d->deadlines, &w->timeout, now_ms() + (uint64_t)w->s->d->cfg.backend_timeout);
 }
 
 static void on_rewatch(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    sentinel_watch(arg);
+    watch_one(arg);
+}
+
+void sentinel_watch(struct sentinel *s)
+{
+    for (int i = 0; i < s->list->n; i++)
+        if (s->watches[i].ac == NULL && !evtimer_pending(s->watches[i].rewatch, NULL))
+            watch_one(&s->watches[i]);
 }
 
 /* --- life */
@@ -344,14 +364,20 @@ struct sentinel *sentinel_new(struct dlockd *d, sentinel_switch_cb *on_switch, v
 {
     struct sentinel *s = must(calloc(1, sizeof(*s)));
 
-    s->rewatch = must(evtimer_new(d->base, on_rewatch, s));
     s->d = d;
     s->list = &d->cfg.sentinels;
     s->on_switch = on_switch;
     s->switch_arg = arg;
-    s->backoff = BACKOFF_MIN_MS;
     deadline_init(&s->ask_timeout, on_ask_late);
-    deadline_init(&s->watch_timeout, on_watch_late);
+    s->watches = must(calloc((size_t)s->list->n, sizeof(*s->watches)));
+    for (int i = 0; i < s->list->n; i++) {
+        struct watch *w = &s->watches[i];
+        w->s = s;
+        w->i = i;
+        w->backoff = BACKOFF_MIN_MS;
+        w->rewatch = must(evtimer_new(d->base, on_rewatch, w));
+        deadline_init(&w->timeout, on_watch_late);
+    }
     return s;
 }
 
@@ -359,14 +385,18 @@ void sentinel_close(struct sentinel *s)
 {
     s->closed = 1;
     s->found = NULL;
-    evtimer_del(s->rewatch);
     ask_drop(s);
-    watch_drop(s);
+    for (int i = 0; i < s->list->n; i++) {
+        evtimer_del(s->watches[i].rewatch);
+        watch_drop(&s->watches[i]);
+    }
 }
 
 void sentinel_free(struct sentinel *s)
 {
     sentinel_close(s);
-    event_free(s->rewatch);
+    for (int i = 0; i < s->list->n; i++)
+        event_free(s->watches[i].rewatch);
+    free(s->watches);
     free(s);
 }

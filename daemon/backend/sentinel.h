@@ -8,7 +8,8 @@ struct addr;
 /* The answer of sentinel_ask: master is the address the sentinels gave
  * (valid during the call only), or NULL with why no sentinel gave one. */
 typedef void sentinel_found_cb(const struct addr *master, const char *why, void *arg);
-/* Told when a sentinel announces +switch-master for our master. */
+/* Told when a sentinel announces +switch-master for our master: every
+ * sentinel announces each switch, and one may announce an old one late. */
 typedef void sentinel_switch_cb(const char *to, void *arg);
 
 /*
@@ -20,8 +21,8 @@ struct sentinel *sentinel_new(struct dlockd *d, sentinel_switch_cb *on_switch, v
 /* Stops asking and watching; pending answers are not given. */
 void sentinel_close(struct sentinel *s);
 void sentinel_free(struct sentinel *s);
-/* Keeps one pub/sub connection to one sentinel, on +switch-master, moving
- * to the next sentinel with backoff whenever it drops. */
+/* Keeps a pub/sub connection to every sentinel, on +switch-master, each
+ * opened again with backoff whenever it drops. */
 void sentinel_watch(struct sentinel *s);
 /*
  * Asks the sentinels in turn, from the one that answered last, for the
