@@ -186,6 +186,17 @@ static int check_moved(struct dlockd *d, const char *sid, void (*done)(struct dl
     return -1;
 }
 
+/* 1 when s is 1..max bytes of 0x21-0x7E. */
+static int graphic(const char *s, size_t max)
+{
+    size_t n = 0;
+
+    for (; s[n]; n++)
+        if (n == max || (unsigned char)s[n] < 0x21 || (unsigned char)s[n] > 0x7e)
+            return 0;
+    return n > 0;
+}
+
 /*
  * "H name hid token": a takeover that did not complete gave this daemon's
  * hold back. When the session went from here meanwhile (it ended, say,
@@ -205,6 +216,8 @@ static void handed_back(struct dlockd *d, const char *msg)
         strlen(hid) < 2 + DLOCKD_ID_LEN || strlen(name) > PROTO_NAME_MAX)
         return;
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
+    if (!proto_valid_name(name) || !graphic(hid, HID_MAX))
+        return;
     if (session_find(d, sid) == NULL) {
         log_info("s%s: hold of %s handed back after the session ended here: released", sid, name);
         hold_release(d, name, hid, token, 1, 0, 0);
@@ -215,7 +228,8 @@ static void handed_back(struct dlockd *d, const char *msg)
  * "L i<hid> <name> <token>": the daemon a session moved from wrote back a
  * hold whose release it could not answer (hold_ended). The client may
  * believe it still holds it: told LOST, unless the session holds the name
- * here (anyone may publish; nothing else changes).
+ * here or its resume here told it already (anyone may publish: a name and
+ * hold id the protocol allows only, and nothing else changes).
  */
 static void lost_elsewhere(struct dlockd *d, const char *msg)
 {
@@ -232,7 +246,8 @@ static void lost_elsewhere(struct dlockd *d, const char *msg)
     snprintf(name, sizeof(name), "%.*s", (int)(t - n - 1), n + 1);
     token = strtoull(t + 1, NULL, 10);
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
-    if ((s = session_find(d, sid)) == NULL || hold_find(d, name, hid))
+    if (!proto_valid_name(name) || !graphic(hid, HID_MAX) || (s = session_find(d, sid)) == NULL ||
+        hold_find(d, name, hid) || session_told_lost(s, name, token))
         return;
     log_info("audit: lost name=%s session=%s client=%s token=%llu reason=backend", name, s->id, s->name, token);
     conn_session_event(s, "LOST %s token=%llu reason=backend", name, token);

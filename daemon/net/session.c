@@ -187,6 +187,29 @@ void session_set_ttl(struct session *s, int64_t ttl)
     deadline_arm(s->d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
 }
 
+int session_told_lost(struct session *s, const char *name, unsigned long long token)
+{
+    char key[PROTO_NAME_MAX + 24];
+
+    snprintf(key, sizeof(key), "%s %llu", name, token);
+    if (s->told == NULL)
+        s->told = dict_new();
+    else if (dict_get(s->told, key))
+        return 1;
+    dict_set(s->told, key, s);
+    return 0;
+}
+
+static void session_free(struct session *s)
+{
+    if (s->told)
+        dict_free(s->told);
+    free(s->missed);
+    free(s->untold);
+    free(s->name);
+    free(s);
+}
+
 static int forget(const char *key, void *val, void *arg)
 {
     struct session *s = val;
@@ -196,10 +219,7 @@ static int forget(const char *key, void *val, void *arg)
     s->d->hooks->session_ending(s, SESSION_FORGOTTEN);
     deadline_cancel(s->d->deadlines, &s->expiry);
     dict_del(s->d->sessions, s->id);
-    free(s->missed);
-    free(s->untold);
-    free(s->name);
-    free(s);
+    session_free(s);
     return 0;
 }
 
@@ -228,8 +248,5 @@ void session_end(struct session *s, enum session_end why)
     dict_del(d->sessions, s->id);
     if (c)
         d->hooks->session_left(c, why == SESSION_EXPIRED);
-    free(s->missed);
-    free(s->untold);
-    free(s->name);
-    free(s);
+    session_free(s);
 }
