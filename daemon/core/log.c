@@ -73,7 +73,8 @@ const char *log_level_name(enum log_level level)
 
 static void log_emit(enum log_level level, int errnum, const char *fmt, va_list ap)
 {
-    char stamp[32];
+    static char stamp[32]; /* of the second stamped last: lines come by the thousand a second */
+    static time_t stamped = -1;
     struct timeval tv;
     struct tm tm;
 
@@ -90,8 +91,11 @@ static void log_emit(enum log_level level, int errnum, const char *fmt, va_list 
         return;
     }
     gettimeofday(&tv, NULL);
-    localtime_r(&tv.tv_sec, &tm);
-    strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+    if (tv.tv_sec != stamped) {
+        localtime_r(&tv.tv_sec, &tm);
+        strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+        stamped = tv.tv_sec;
+    }
     fprintf(stderr, "%s.%03d %s ", stamp, (int)(tv.tv_usec / 1000), level_names[level]);
     vfprintf(stderr, fmt, ap);
     if (errnum)
