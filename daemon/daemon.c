@@ -247,7 +247,7 @@ static void lost_elsewhere(struct dlockd *d, const char *msg)
     token = strtoull(t + 1, NULL, 10);
     snprintf(sid, sizeof(sid), "%.*s", DLOCKD_ID_LEN, hid + 1);
     if (!proto_valid_name(name) || !graphic(hid, HID_MAX) || (s = session_find(d, sid)) == NULL ||
-        hold_find(d, name, hid) || session_told_lost(s, name, token))
+        hold_find(d, name, hid) || session_lost_told(s, name, token))
         return;
     log_info("audit: lost name=%s session=%s client=%s token=%llu reason=backend", name, s->id, s->name, token);
     conn_session_event(s, "LOST %s token=%llu reason=backend", name, token);

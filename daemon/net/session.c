@@ -187,17 +187,27 @@ void session_set_ttl(struct session *s, int64_t ttl)
     deadline_arm(s->d->deadlines, &s->expiry, s->last_seen + (uint64_t)s->ttl);
 }
 
-int session_told_lost(struct session *s, const char *name, unsigned long long token)
+static void told_key(char *key, size_t len, const char *name, unsigned long long token)
+{
+    snprintf(key, len, "%s %llu", name, token);
+}
+
+void session_remember_lost(struct session *s, const char *name, unsigned long long token)
 {
     char key[PROTO_NAME_MAX + 24];
 
-    snprintf(key, sizeof(key), "%s %llu", name, token);
+    told_key(key, sizeof(key), name, token);
     if (s->told == NULL)
         s->told = dict_new();
-    else if (dict_get(s->told, key))
-        return 1;
     dict_set(s->told, key, s);
-    return 0;
+}
+
+int session_lost_told(const struct session *s, const char *name, unsigned long long token)
+{
+    char key[PROTO_NAME_MAX + 24];
+
+    told_key(key, sizeof(key), name, token);
+    return s->told && dict_get(s->told, key);
 }
 
 static void session_free(struct session *s)

@@ -50,7 +50,8 @@ struct session {
                                    * index entries stay in its record, so a resume elsewhere tells the LOST */
     size_t untold_len;
     struct dict *told;            /* "name token" of the holds its resume here told LOST, NULL for none:
-                                   * the daemon it came from may write one back (daemon.c lost_elsewhere) */
+                                   * the daemon it came from may write one back (daemon.c lost_elsewhere),
+                                   * which is not told again; an "L" message adds none */
 };
 
 /* A new session with the given name and ttl (clamped), not attached. */
@@ -64,8 +65,10 @@ struct session *session_find(struct dlockd *d, const char *id);
 struct session *session_resume(struct dlockd *d, const char *id, const char *name, int64_t ttl, const char *hash);
 /* 1 when secret hashes to hash (hex), compared in constant time. */
 int session_secret_matches(const char *secret, const char *hash);
-/* Remembers that s was told LOST of name's hold with token, on a resume here; 1 when it was already. */
-int session_told_lost(struct session *s, const char *name, unsigned long long token);
+/* Remembers that a resume here told s LOST of name's hold with token (at most one per index entry
+ * of its record), and whether it did. */
+void session_remember_lost(struct session *s, const char *name, unsigned long long token);
+int session_lost_told(const struct session *s, const char *name, unsigned long long token);
 /* Frees s here only, leaving its holds and record in Redis (it moved to another daemon). */
 void session_drop(struct session *s);
 /*

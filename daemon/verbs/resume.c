@@ -144,9 +144,10 @@ static void written_back(struct resume *rs, struct session *s, const struct cont
         }
     for (size_t pos = 0; next_own(back, &pos, s->id, hid, name, &token, wid, sizeof(wid)) == 0;) {
         snprintf(key, sizeof(key), "%s %s", hid, name);
-        if (token == 0 || dict_get(read, key) || hold_find(s->d, name, hid) || session_told_lost(s, name, token))
+        if (token == 0 || dict_get(read, key) || hold_find(s->d, name, hid))
             continue;
         conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
+        session_remember_lost(s, name, token);
         record_index(s, hid, name, 0);
     }
     dict_free(read);
@@ -165,8 +166,10 @@ static void commit(struct resume *rs, struct session *s, const struct contract_r
             if (a->got[i])
                 continue;
             /* Gone while the session was away: told after the HELLO's OK. */
-            if (a->tokens[i] && !session_told_lost(s, a->names[i], a->tokens[i]))
+            if (a->tokens[i]) {
                 conn_session_missed(s, "LOST %s token=%llu reason=backend", a->names[i], a->tokens[i]);
+                session_remember_lost(s, a->names[i], a->tokens[i]);
+            }
             record_index(s, a->hids[i], a->names[i], 0);
         }
     written_back(rs, s, back);
