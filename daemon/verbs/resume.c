@@ -121,6 +121,13 @@ static int next_own(const struct contract_record *rec, size_t *pos, const char *
     return -1;
 }
 
+/* A hold of s gone while it was away: told after the HELLO's OK, once (an "L" message of it is not). */
+static void tell_lost(struct session *s, const char *name, unsigned long long token)
+{
+    conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
+    session_remember_lost(s, name, token);
+}
+
 /*
  * The holds that the old daemon wrote back into the record after it was
  * read here (their release was not answered: the client may believe it
@@ -146,8 +153,7 @@ static void written_back(struct resume *rs, struct session *s, const struct cont
         snprintf(key, sizeof(key), "%s %s", hid, name);
         if (token == 0 || dict_get(read, key) || hold_find(s->d, name, hid))
             continue;
-        conn_session_missed(s, "LOST %s token=%llu reason=backend", name, token);
-        session_remember_lost(s, name, token);
+        tell_lost(s, name, token);
         record_index(s, hid, name, 0);
     }
     dict_free(read);
@@ -165,11 +171,8 @@ static void commit(struct resume *rs, struct session *s, const struct contract_r
         for (int i = 0; i < a->n; i++) {
             if (a->got[i])
                 continue;
-            /* Gone while the session was away: told after the HELLO's OK. */
-            if (a->tokens[i]) {
-                conn_session_missed(s, "LOST %s token=%llu reason=backend", a->names[i], a->tokens[i]);
-                session_remember_lost(s, a->names[i], a->tokens[i]);
-            }
+            if (a->tokens[i])
+                tell_lost(s, a->names[i], a->tokens[i]);
             record_index(s, a->hids[i], a->names[i], 0);
         }
     written_back(rs, s, back);
@@ -400,7 +403,6 @@ static struct adopt *adopt_new(struct resume *rs)
 static void adopt_all(struct resume *rs, const struct contract_record *rec)
 {
     struct adopt *a = NULL;
-
     char hid[HID_MAX + 1], name[PROTO_NAME_MAX + 1], wid[64];
     unsigned long long token;
 
